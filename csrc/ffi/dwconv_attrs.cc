@@ -1,0 +1,83 @@
+#include "ffi/dwconv_attrs.h"
+
+namespace flashdwc {
+
+std::atomic<bool>& poison_outputs_flag() {
+  static std::atomic<bool> flag{false};
+  return flag;
+}
+
+const char* pass_name(ConvPass pass) {
+  switch (pass) {
+    case ConvPass::kForward: return "flashdwc_fwd";
+    case ConvPass::kBackwardData: return "flashdwc_bwd_data";
+    case ConvPass::kBackwardFilter: return "flashdwc_bwd_filter";
+  }
+  return "flashdwc";
+}
+
+namespace {
+
+std::string dims_string(const ffi::AnyBuffer& b) {
+  std::string s = "(";
+  const auto dims = b.dimensions();
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + ")";
+}
+
+ffi::Error invalid(ConvPass pass, const std::string& what) {
+  return ffi::Error::InvalidArgument(std::string(pass_name(pass)) + ": " + what);
+}
+
+}  // namespace
+
+ffi::Error make_params(ConvPass pass, const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
+                       const ffi::AnyBuffer& out, const ConvGeometry& g, DwConvParams* params) {
+  const ffi::DataType dtype = a.element_type();
+  if (dtype != ffi::DataType::F32 && dtype != ffi::DataType::F16 && dtype != ffi::DataType::BF16) {
+    return invalid(pass, "unsupported element type; expected one of F32, F16, BF16");
+  }
+  if (b.element_type() != dtype || out.element_type() != dtype) {
+    return invalid(pass, "operands and result must share one element type");
+  }
+  if (a.dimensions().size() != 4 || b.dimensions().size() != 4 || out.dimensions().size() != 4) {
+    return invalid(pass, "expected rank-4 buffers, got " + dims_string(a) + ", " + dims_string(b) +
+                             " -> " + dims_string(out));
+  }
+  if (g.stride_h < 1 || g.stride_w < 1 || g.dilation_h < 1 || g.dilation_w < 1) {
+    return invalid(pass, "strides and dilations must be >= 1");
+  }
+  // Name each buffer by its role: x (N,H,W,C), y (N,Ho,Wo,C), w (KH,KW,1,C).
+  const ffi::AnyBuffer* x = nullptr;
+  const ffi::AnyBuffer* y = nullptr;
+  const ffi::AnyBuffer* w = nullptr;
+  switch (pass) {
+    case ConvPass::kForward: x = &a, w = &b, y = &out; break;
+    case ConvPass::kBackwardData: y = &a, w = &b, x = &out; break;
+    case ConvPass::kBackwardFilter: x = &a, y = &b, w = &out; break;
+  }
+  const auto xd = x->dimensions(), yd = y->dimensions(), wd = w->dimensions();
+  if (xd[0] != yd[0] || xd[3] != yd[3] || wd[3] != xd[3] || wd[2] != 1) {
+    return invalid(pass, "inconsistent shapes: x " + dims_string(*x) + ", y " + dims_string(*y) +
+                             ", w " + dims_string(*w) + "; expected (N,H,W,C), (N,Ho,Wo,C), (KH,KW,1,C)");
+  }
+  DwConvParams& p = *params;
+  p.batch = xd[0];
+  p.in_h = xd[1];
+  p.in_w = xd[2];
+  p.channels = xd[3];
+  p.out_h = yd[1];
+  p.out_w = yd[2];
+  p.kernel_h = wd[0];
+  p.kernel_w = wd[1];
+  p.stride_h = g.stride_h;
+  p.stride_w = g.stride_w;
+  p.pad_top = g.pad_top;
+  p.pad_left = g.pad_left;
+  p.dilation_h = g.dilation_h;
+  p.dilation_w = g.dilation_w;
+  p.flip_filter = false;
+  return ffi::Error::Success();
+}
+
+}  // namespace flashdwc

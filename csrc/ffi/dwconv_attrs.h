@@ -1,0 +1,48 @@
+// What the FFI handlers share: the `geometry` attribute, the output-poisoning
+// switch for tests, and the translation of buffer shapes into DwConvParams.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "dwconv/params.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace flashdwc {
+
+namespace ffi = xla::ffi;
+
+// The `geometry` dictionary attribute written by jax_flashdwc/ops.py. Padding after
+// the input is implied by the output buffer's shape, so it is not passed.
+struct ConvGeometry {
+  int64_t stride_h, stride_w;
+  int64_t pad_top, pad_left;
+  int64_t dilation_h, dilation_w;
+};
+
+// When set, every handler fills its output with NaN bit patterns (all bytes 0xFF)
+// before its kernel runs, so that an element the kernel fails to write shows up in
+// tests. Off by default; costs one memset when on.
+std::atomic<bool>& poison_outputs_flag();
+
+// Which buffer plays which role in the convolution: the three passes bind
+// (x, w) -> y, (dy, w) -> dx and (x, dy) -> dw.
+enum class ConvPass { kForward, kBackwardData, kBackwardFilter };
+
+const char* pass_name(ConvPass pass);
+
+// Checks the buffers against each other and fills `params`. `a`, `b` are the two
+// operands and `out` the result, in the order of the pass's binding above.
+ffi::Error make_params(ConvPass pass, const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
+                       const ffi::AnyBuffer& out, const ConvGeometry& g, DwConvParams* params);
+
+}  // namespace flashdwc
+
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(flashdwc::ConvGeometry,
+                                      ::xla::ffi::StructMember<int64_t>("stride_h"),
+                                      ::xla::ffi::StructMember<int64_t>("stride_w"),
+                                      ::xla::ffi::StructMember<int64_t>("pad_top"),
+                                      ::xla::ffi::StructMember<int64_t>("pad_left"),
+                                      ::xla::ffi::StructMember<int64_t>("dilation_h"),
+                                      ::xla::ffi::StructMember<int64_t>("dilation_w"));

@@ -1,0 +1,8 @@
+"""jax_flashdwc: fast depthwise 2-D convolution for JAX."""
+
+from ._ffi import cuda_available
+from .conv import depthwise_conv2d
+
+__version__ = "0.1.0"
+
+__all__ = ["cuda_available", "depthwise_conv2d", "__version__"]
