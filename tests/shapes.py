@@ -1,0 +1,85 @@
+"""Named convolution problems, shared by the tests and the benchmarks."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvCase:
+  name: str
+  n: int
+  h: int
+  w: int
+  c: int
+  kh: int
+  kw: int
+  strides: Any = 1
+  padding: Any = "SAME"
+  dilation: Any = 1
+
+  @property
+  def x_shape(self):
+    return (self.n, self.h, self.w, self.c)
+
+  @property
+  def kernel_shape(self):
+    return (self.kh, self.kw, 1, self.c)
+
+  def conv_kwargs(self):
+    return dict(strides=self.strides, padding=self.padding, kernel_dilation=self.dilation)
+
+
+# Small and awkward: every channel count, kernel size, stride, dilation and padding
+# form that the kernels must get right, at sizes a 2-core CI machine runs quickly.
+TEST_CASES = [
+    ConvCase("c1_k3", 1, 7, 9, 1, 3, 3),
+    ConvCase("c3_k1_n3", 3, 5, 5, 3, 1, 1),
+    ConvCase("c33_k2_even", 1, 8, 7, 33, 2, 2),
+    ConvCase("c200_k4_even", 1, 6, 5, 200, 4, 4),
+    ConvCase("convnext_k7_pad3", 2, 14, 14, 40, 7, 7, padding=3),
+    ConvCase("k13", 1, 16, 15, 8, 13, 13),
+    ConvCase("replknet_k31", 1, 33, 31, 4, 31, 31),
+    ConvCase("slak_51x5", 1, 20, 12, 6, 51, 5),
+    ConvCase("slak_5x51", 1, 12, 20, 6, 5, 51),
+    ConvCase("h1w1_k3", 3, 1, 1, 5, 3, 3),
+    ConvCase("h2w2_k3", 2, 2, 2, 7, 3, 3),
+    ConvCase("h1w9_k1x3", 1, 1, 9, 3, 1, 3),
+    ConvCase("mobilenet_s2_k3", 2, 9, 9, 16, 3, 3, strides=2),
+    ConvCase("s3_k5_valid", 1, 13, 11, 5, 5, 5, strides=3, padding="VALID"),
+    ConvCase("s2x3_k3x4_asym", 1, 10, 13, 6, 3, 4, strides=(2, 3), padding=((1, 2), (0, 3))),
+    ConvCase("s2_k2_even", 2, 8, 8, 3, 2, 2, strides=2),
+    ConvCase("d2_k3", 1, 11, 10, 9, 3, 3, dilation=2),
+    ConvCase("d2x3_k3x2_valid", 1, 12, 13, 4, 3, 2, padding="VALID", dilation=(2, 3)),
+    ConvCase("s2_d2_k5", 1, 15, 14, 3, 5, 5, strides=2, dilation=2),
+    ConvCase("pad5_k3_wide", 1, 6, 7, 3, 3, 3, padding=5),
+    ConvCase("asym_k7", 1, 9, 9, 3, 7, 7, padding=((0, 6), (5, 1))),
+    ConvCase("valid_k3_c33", 3, 7, 8, 33, 3, 3, padding="VALID"),
+]
+
+# Small enough for numerical differentiation.
+GRAD_CASES = [
+    ConvCase("grad_k3", 1, 5, 6, 3, 3, 3),
+    ConvCase("grad_s2_k3x2", 2, 6, 5, 2, 3, 2, strides=2, padding=((1, 0), (0, 1))),
+    ConvCase("grad_d2_k3", 1, 7, 6, 2, 3, 3, dilation=2),
+]
+
+
+def paper_points(ks=(3, 5, 7, 9, 13, 17, 21, 31, 51)):
+  """The Flash-DWC paper's 27 forward points: three feature maps times nine k."""
+  maps = [(128, 128, 128, 128), (128, 64, 64, 256), (128, 32, 32, 1024)]
+  return [ConvCase(f"paper_{n}x{h}x{w}x{c}_k{k}", n, h, w, c, k, k)
+          for (n, h, w, c) in maps for k in ks]
+
+
+def model_layers():
+  """Depthwise layers of real models at batch 128."""
+  cases = []
+  for h, c in ((56, 96), (28, 192), (14, 384), (7, 768)):
+    cases.append(ConvCase(f"convnext_t_{h}x{h}x{c}_k7", 128, h, h, c, 7, 7))
+  for h, c, k in ((56, 128, 31), (28, 256, 29), (14, 512, 27), (7, 1024, 13)):
+    cases.append(ConvCase(f"replknet31b_{h}x{h}x{c}_k{k}", 128, h, h, c, k, k))
+  for h, c in ((112, 96), (56, 144), (28, 192), (14, 576)):
+    cases.append(ConvCase(f"mobilenetv2_{h}x{h}x{c}_k3_s2", 128, h, h, c, 3, 3, strides=2))
+  return cases

@@ -1,0 +1,54 @@
+"""Backward-data and backward-filter against the fp32 oracle's vjp, CPU and GPU."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jax_flashdwc import depthwise_conv2d
+from numerics import all_passes, assert_close, fresh_seed, oracle, uniform
+from shapes import TEST_CASES
+
+DTYPES = [pytest.param(jnp.float32, id="F32"), pytest.param(jnp.float16, id="F16"),
+          pytest.param(jnp.bfloat16, id="BF16")]
+
+
+def _oracle_fn(case, precision=jax.lax.Precision.HIGHEST):
+  return lambda x, w: oracle(x, w, case, precision=precision)
+
+
+@pytest.mark.parametrize("pass_name", ["bwd_data", "bwd_filter"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", TEST_CASES, ids=lambda c: c.name)
+def test_backward_matches_oracle(case, dtype, pass_name, device):
+  seed = fresh_seed()
+  rng = np.random.default_rng(seed)
+  x = uniform(rng, case.x_shape, dtype)
+  w = uniform(rng, case.kernel_shape, dtype)
+  y_shape = oracle(x, w, case).shape
+  dy = uniform(rng, y_shape, dtype)
+
+  fn = jax.jit(lambda x, w, dy: all_passes(
+      lambda x, w: depthwise_conv2d(x, w, **case.conv_kwargs()), x, w, dy))
+  put = lambda a: jax.device_put(jnp.asarray(a, dtype), device)
+  _, dx, dw = fn(put(x), put(w), put(dy))
+
+  cpu = jax.devices("cpu")[0]
+  with jax.default_device(cpu):
+    _, dx_ref, dw_ref = all_passes(_oracle_fn(case), jnp.asarray(x), jnp.asarray(w), jnp.asarray(dy))
+    _, dx_mag, dw_mag = all_passes(_oracle_fn(case), jnp.abs(jnp.asarray(x)), jnp.abs(jnp.asarray(w)),
+                                   jnp.abs(jnp.asarray(dy)))
+    xla = None
+    if dtype != jnp.float32:
+      xla = all_passes(_oracle_fn(case, precision=None), jnp.asarray(x, dtype), jnp.asarray(w, dtype),
+                       jnp.asarray(dy, dtype))
+
+  if pass_name == "bwd_data":
+    assert dx.dtype == jnp.dtype(dtype) and dx.shape == case.x_shape
+    assert_close(dx, dx_ref, dx_mag, case.kh * case.kw, dtype, None if xla is None else xla[1],
+                 what=f"bwd_data {case.name}", seed=seed)
+  else:
+    assert dw.dtype == jnp.dtype(dtype) and dw.shape == case.kernel_shape
+    positions = y_shape[0] * y_shape[1] * y_shape[2]
+    assert_close(dw, dw_ref, dw_mag, positions, dtype, None if xla is None else xla[2],
+                 what=f"bwd_filter {case.name}", seed=seed)
