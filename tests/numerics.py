@@ -26,17 +26,21 @@ def uniform(rng: np.random.Generator, shape, dtype) -> np.ndarray:
   return np.asarray(jnp.asarray(a, dtype).astype(jnp.float32))
 
 
-def oracle(x, w, case, precision=lax.Precision.HIGHEST):
-  """lax.conv_general_dilated with one group per channel, on the CPU.
+def xla_conv(x, w, case, precision=lax.Precision.HIGHEST):
+  """lax.conv_general_dilated with one group per channel: the oracle.
 
   With the default precision this is the fp32 oracle; with precision=None and
   float16/bfloat16 inputs it is XLA's own result in that dtype.
   """
   return lax.conv_general_dilated(
-      jax.device_put(x, CPU), jax.device_put(w, CPU), window_strides=_pair(case.strides),
-      padding=_padding(case.padding), rhs_dilation=_pair(case.dilation),
-      dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=x.shape[-1],
-      precision=precision)
+      x, w, window_strides=_pair(case.strides), padding=_padding(case.padding),
+      rhs_dilation=_pair(case.dilation), dimension_numbers=("NHWC", "HWIO", "NHWC"),
+      feature_group_count=x.shape[-1], precision=precision)
+
+
+def oracle(x, w, case, precision=lax.Precision.HIGHEST):
+  """xla_conv computed on the CPU."""
+  return xla_conv(jax.device_put(x, CPU), jax.device_put(w, CPU), case, precision)
 
 
 def _pair(v):

@@ -1,0 +1,58 @@
+"""Every bad input raises a ValueError or TypeError that names the argument."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jax_flashdwc import depthwise_conv2d
+
+X = jnp.ones((2, 8, 8, 4), jnp.float32)
+W = jnp.ones((3, 3, 1, 4), jnp.float32)
+
+
+@pytest.mark.parametrize("x, kernel, kwargs, error, match", [
+    (jnp.ones((8, 8, 4)), W, {}, ValueError, r"x must have rank 4 \(N, H, W, C\); got shape \(8, 8, 4\)"),
+    (X, jnp.ones((3, 3, 4)), {}, ValueError, r"kernel must have shape \(KH, KW, 1, C\).*got shape \(3, 3, 4\)"),
+    (X, jnp.ones((3, 3, 2, 4)), {}, ValueError, r"kernel must have shape \(KH, KW, 1, C\).*\(3, 3, 2, 4\)"),
+    (X, jnp.ones((3, 3, 1, 5)), {}, ValueError, r"kernel has 5 channels but x has 4"),
+    (jnp.ones((0, 8, 8, 4)), W, {}, ValueError, r"x must have no zero-size dimension"),
+    (jnp.ones((2, 8, 8, 0)), jnp.ones((3, 3, 1, 0)), {}, ValueError, r"x must have no zero-size"),
+    (X, jnp.ones((0, 3, 1, 4)), {}, ValueError, r"kernel must have no zero-size dimension"),
+    (X.astype(jnp.int32), W.astype(jnp.int32), {}, TypeError,
+     r"x dtype must be one of float32, float16, bfloat16; got int32"),
+    (X.astype(jnp.float16), W, {}, TypeError, r"x and kernel must have the same dtype; got x float16"),
+    (X, W.astype(jnp.bfloat16), {}, TypeError, r"same dtype; got x float32 and kernel bfloat16"),
+    ([[1.0]], W, {}, TypeError, r"x must be an array; got list"),
+    (X, W, {"strides": 0}, ValueError, r"strides must be >= 1 in both dimensions; got 0"),
+    (X, W, {"strides": (1, -2)}, ValueError, r"strides must be >= 1.*\(1, -2\)"),
+    (X, W, {"strides": (1, 2, 3)}, TypeError, r"strides must be an int or a pair of ints"),
+    (X, W, {"strides": 1.5}, TypeError, r"strides must be an int or a pair of ints"),
+    (X, W, {"kernel_dilation": 0}, ValueError, r"kernel_dilation must be >= 1"),
+    (X, W, {"kernel_dilation": "2"}, TypeError, r"kernel_dilation must be an int or a pair"),
+    (X, W, {"padding": "FULL"}, ValueError, r"padding must be one of SAME, SAME_LOWER, VALID.*'FULL'"),
+    (X, W, {"padding": -1}, ValueError, r"padding must be >= 0 on every side; got -1"),
+    (X, W, {"padding": ((1, -1), (0, 0))}, ValueError, r"padding must be >= 0 on every side"),
+    (X, W, {"padding": ((1, 1, 1), (0, 0))}, TypeError, r"padding must be 'SAME', 'VALID'"),
+    (X, W, {"padding": (1, 2, 3)}, TypeError, r"padding must be 'SAME', 'VALID'"),
+    (X, W, {"padding": 1.0}, TypeError, r"padding must be 'SAME', 'VALID'"),
+    (X, jnp.ones((9, 3, 1, 4)), {"padding": "VALID"}, ValueError,
+     r"the output would be empty.*\(Ho, Wo\) = \(0, 6\)"),
+    (X, W, {"padding": "VALID", "kernel_dilation": 4}, ValueError, r"the output would be empty"),
+    (X, W, {"implementation": "cudnn"}, ValueError,
+     r"implementation must be None or one of \('flashdwc', 'xla'\); got 'cudnn'"),
+])
+def test_bad_input_raises(x, kernel, kwargs, error, match):
+  with pytest.raises(error, match=match):
+    depthwise_conv2d(x, kernel, **kwargs)
+
+
+def test_errors_raise_at_trace_time_under_jit():
+  import jax
+
+  with pytest.raises(ValueError, match="kernel has 5 channels"):
+    jax.jit(depthwise_conv2d)(X, jnp.ones((3, 3, 1, 5)))
+
+
+def test_numpy_inputs_are_accepted():
+  out = depthwise_conv2d(np.ones((1, 4, 4, 2), np.float32), np.ones((3, 3, 1, 2), np.float32))
+  assert out.shape == (1, 4, 4, 2)
