@@ -56,6 +56,10 @@ TEST_CASES = [
     ConvCase("pad5_k3_wide", 1, 6, 7, 3, 3, 3, padding=5),
     ConvCase("asym_k7", 1, 9, 9, 3, 7, 7, padding=((0, 6), (5, 1))),
     ConvCase("valid_k3_c33", 3, 7, 8, 33, 3, 3, padding="VALID"),
+    # Several blocks and channel tiles of the tiled kernels, ragged at every edge.
+    ConvCase("tiles_k9_c72", 2, 20, 37, 72, 9, 9),
+    ConvCase("tiles_k9_c70_s2", 2, 21, 38, 70, 9, 9, strides=2),
+    ConvCase("tiles_k17x3_c36_s2x1", 1, 30, 45, 36, 17, 3, strides=(2, 1), dilation=(2, 1)),
 ]
 
 # Small enough for numerical differentiation.

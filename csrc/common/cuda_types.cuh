@@ -4,6 +4,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 namespace flashdwc {
 
 __device__ __forceinline__ float to_float(float v) { return v; }
@@ -20,5 +22,75 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
+
+}  // namespace flashdwc
+
+namespace flashdwc {
+
+// Four consecutive channels moved as one vector: 16 bytes of float, 8 of half or
+// bfloat16. The pointer must be aligned to that size (C % 4 == 0 and 16-byte
+// aligned buffers guarantee it).
+template <typename T>
+struct Vec4;
+
+template <>
+struct Vec4<float> {
+  __device__ __forceinline__ static void load(const float* p, float (&v)[4]) {
+    const float4 u = __ldg(reinterpret_cast<const float4*>(p));
+    v[0] = u.x, v[1] = u.y, v[2] = u.z, v[3] = u.w;
+  }
+  __device__ __forceinline__ static void load_shared(const float* p, float (&v)[4]) {
+    const float4 u = *reinterpret_cast<const float4*>(p);
+    v[0] = u.x, v[1] = u.y, v[2] = u.z, v[3] = u.w;
+  }
+  __device__ __forceinline__ static void store(float* p, const float (&v)[4]) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  }
+};
+
+template <typename T2, typename T>
+struct Vec4Half {
+  __device__ __forceinline__ static void unpack(uint2 u, float (&v)[4]);
+  __device__ __forceinline__ static void load(const T* p, float (&v)[4]) {
+    unpack(__ldg(reinterpret_cast<const uint2*>(p)), v);
+  }
+  __device__ __forceinline__ static void load_shared(const T* p, float (&v)[4]) {
+    unpack(*reinterpret_cast<const uint2*>(p), v);
+  }
+  __device__ __forceinline__ static void store(T* p, const float (&v)[4]) {
+    T2 lo, hi;
+    if constexpr (std::is_same_v<T, __half>) {
+      lo = __floats2half2_rn(v[0], v[1]);
+      hi = __floats2half2_rn(v[2], v[3]);
+    } else {
+      lo = __floats2bfloat162_rn(v[0], v[1]);
+      hi = __floats2bfloat162_rn(v[2], v[3]);
+    }
+    uint2 u;
+    u.x = *reinterpret_cast<unsigned*>(&lo);
+    u.y = *reinterpret_cast<unsigned*>(&hi);
+    *reinterpret_cast<uint2*>(p) = u;
+  }
+};
+
+template <typename T2, typename T>
+__device__ __forceinline__ void Vec4Half<T2, T>::unpack(uint2 u, float (&v)[4]) {
+  const T2 lo = *reinterpret_cast<const T2*>(&u.x);
+  const T2 hi = *reinterpret_cast<const T2*>(&u.y);
+  float2 a, b;
+  if constexpr (std::is_same_v<T, __half>) {
+    a = __half22float2(lo);
+    b = __half22float2(hi);
+  } else {
+    a = __bfloat1622float2(lo);
+    b = __bfloat1622float2(hi);
+  }
+  v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+}
+
+template <>
+struct Vec4<__half> : Vec4Half<__half2, __half> {};
+template <>
+struct Vec4<__nv_bfloat16> : Vec4Half<__nv_bfloat162, __nv_bfloat16> {};
 
 }  // namespace flashdwc

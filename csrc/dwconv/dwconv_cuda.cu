@@ -1,8 +1,10 @@
-// Launchers for the CUDA kernels: grid computation, kernel choice, launch.
+// Launchers for the CUDA kernels: kernel choice, grid computation, launch.
 #include <algorithm>
+#include <cstdint>
 
 #include "dwconv/direct_kernels.cuh"
 #include "dwconv/dwconv_cuda.h"
+#include "dwconv/fwd_gemv.cuh"
 
 namespace flashdwc {
 namespace {
@@ -12,18 +14,71 @@ constexpr int kDirectThreads = 256;
 // H200 (132 SMs x 8 resident blocks of 256 threads = 1056).
 constexpr int64_t kMaxDirectBlocks = 65536;
 
+// Outputs per thread along the width in the GEMV kernel; the paper's choice.
+constexpr int kGemvTM = 8;
+// Widest filter row the GEMV kernel keeps in shared memory: 2 rows x 512 taps x
+// 32 channels x 4 bytes = 128 KiB, within the 227 KiB an sm_90 block may use.
+constexpr int64_t kGemvMaxKernelW = 512;
+
 dim3 direct_grid(int64_t elements) {
   const int64_t blocks = (elements + kDirectThreads - 1) / kDirectThreads;
   return dim3(unsigned(std::clamp<int64_t>(blocks, 1, kMaxDirectBlocks)));
 }
 
-}  // namespace
+bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 template <typename T>
-cudaError_t run_dwconv_fwd(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream) {
+cudaError_t launch_fwd_direct(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream) {
   const int64_t elements = p.batch * p.out_h * p.out_w * p.channels;
   dwconv_fwd_direct_kernel<T><<<direct_grid(elements), kDirectThreads, 0, stream>>>(x, w, y, p);
   return cudaGetLastError();
+}
+
+template <typename T, int kTM, int kStride, bool kVec>
+cudaError_t launch_fwd_gemv(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream) {
+  using Tr = GemvFwdTraits;
+  GemvFwdGrid grid;
+  grid.segments_per_row = (p.out_w + kTM - 1) / kTM;
+  grid.segments = p.batch * p.out_h * grid.segments_per_row;
+  const dim3 blocks(unsigned((grid.segments + Tr::kSegments - 1) / Tr::kSegments),
+                    unsigned((p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels));
+  const size_t smem = 2 * size_t(p.kernel_w) * Tr::kBlockChannels * sizeof(T);
+  auto kernel = dwconv_fwd_gemv_kernel<T, kTM, kStride, kVec>;
+  if (smem > 48 * 1024) {
+    if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+        err != cudaSuccess) {
+      return err;
+    }
+  }
+  kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, w, y, p, grid);
+  return cudaGetLastError();
+}
+
+template <typename T, int kStride>
+cudaError_t launch_fwd_gemv_stride(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream) {
+  const bool vec = p.channels % 4 == 0 && aligned(x, 4 * sizeof(T)) && aligned(w, 4 * sizeof(T)) &&
+                   aligned(y, 4 * sizeof(T));
+  return vec ? launch_fwd_gemv<T, kGemvTM, kStride, true>(p, x, w, y, stream)
+             : launch_fwd_gemv<T, kGemvTM, kStride, false>(p, x, w, y, stream);
+}
+
+}  // namespace
+
+FwdKernel select_fwd_kernel(const DwConvParams& p) {
+  using Tr = GemvFwdTraits;
+  const int64_t segments = p.batch * p.out_h * ((p.out_w + kGemvTM - 1) / kGemvTM);
+  const bool gemv = (p.stride_w == 1 || p.stride_w == 2) && p.dilation_w == 1 &&
+                    p.kernel_w <= kGemvMaxKernelW &&
+                    (p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels <= 65535 &&
+                    (segments + Tr::kSegments - 1) / Tr::kSegments <= INT32_MAX;
+  return gemv ? FwdKernel::kGemv : FwdKernel::kDirect;
+}
+
+template <typename T>
+cudaError_t run_dwconv_fwd(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream) {
+  if (select_fwd_kernel(p) == FwdKernel::kDirect) return launch_fwd_direct(p, x, w, y, stream);
+  return p.stride_w == 1 ? launch_fwd_gemv_stride<T, 1>(p, x, w, y, stream)
+                         : launch_fwd_gemv_stride<T, 2>(p, x, w, y, stream);
 }
 
 template <typename T>

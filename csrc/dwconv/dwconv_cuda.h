@@ -8,6 +8,15 @@
 
 namespace flashdwc {
 
+// The forward kernels, fastest first; select_fwd_kernel returns the first whose
+// constraints the problem meets.
+enum class FwdKernel {
+  kGemv,    // fwd_gemv.cuh: stride_w 1 or 2, dilation_w 1, KW <= 512
+  kDirect,  // direct_kernels.cuh: anything
+};
+
+FwdKernel select_fwd_kernel(const DwConvParams& p);
+
 // y = conv(x, w). T is float, __half or __nv_bfloat16.
 template <typename T>
 cudaError_t run_dwconv_fwd(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream);

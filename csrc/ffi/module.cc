@@ -5,6 +5,9 @@
 #include <type_traits>
 
 #include "ffi/dwconv_attrs.h"
+#ifdef FLASHDWC_WITH_CUDA
+#include "dwconv/dwconv_cuda.h"
+#endif
 #include "ffi/dwconv_ffi.h"
 
 namespace nb = nanobind;
@@ -40,6 +43,24 @@ NB_MODULE(_jax_flashdwc, m) {
   m.def("set_poison_outputs", [](bool on) { flashdwc::poison_outputs_flag().store(on); },
         nb::arg("on"),
         "Fill every output with NaN before its kernel runs (a testing aid).");
+#ifdef FLASHDWC_WITH_CUDA
+  // Which CUDA forward kernel the dispatcher picks for a problem: lets the tests
+  // check that each kernel is exercised, without a GPU.
+  m.def(
+      "cuda_forward_kernel",
+      [](int64_t channels, int64_t out_w, int64_t kernel_w, int64_t stride_w, int64_t dilation_w) {
+        flashdwc::DwConvParams p{};
+        p.batch = p.out_h = p.in_h = p.kernel_h = p.stride_h = p.dilation_h = 1;
+        p.channels = channels;
+        p.out_w = out_w;
+        p.in_w = out_w;
+        p.kernel_w = kernel_w;
+        p.stride_w = stride_w;
+        p.dilation_w = dilation_w;
+        return flashdwc::select_fwd_kernel(p) == flashdwc::FwdKernel::kGemv ? "gemv" : "direct";
+      },
+      nb::arg("channels"), nb::arg("out_w"), nb::arg("kernel_w"), nb::arg("stride_w"), nb::arg("dilation_w"));
+#endif
   m.def("built_with_cuda", []() {
 #ifdef FLASHDWC_WITH_CUDA
     return true;

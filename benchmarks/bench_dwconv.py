@@ -1,0 +1,196 @@
+"""Benchmark: jax_flashdwc's depthwise convolution against XLA's, in one run.
+
+For each problem, both implementations are jitted, checked against each other
+(no speedup is reported for a result that disagrees), warmed up, and timed: the
+median over at least --samples timed samples, each the mean of a few calls
+launched back to back (so host dispatch overlaps device work), on random data
+rotated among enough copies to defeat the L2 cache. Writes a CSV with
+provenance under --out and prints a table last.
+
+  python benchmarks/bench_dwconv.py --mode fwd --dtype float32 --shapes paper models
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import os
+import statistics
+import sys
+import time
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from shapes import model_layers, paper_points  # noqa: E402
+
+from jax_flashdwc import depthwise_conv2d  # noqa: E402
+
+MODES = ("fwd",)  # bwd_data, bwd_filter and fwd+bwd come with the backward kernels
+SHAPE_SETS = {"paper": paper_points, "models": model_layers}
+# Ceilings measured on the H200 (../shared/perf/README.md, 2026-11-29): elementwise
+# read+write bandwidth and fp32 matmul at precision=HIGHEST.
+H200_BANDWIDTH_GBS = 4177.0
+H200_FP32_TFLOPS = 51.5
+L2_BYTES = 60 * 2**20
+MIN_SAMPLE_SECONDS = 2e-3
+
+
+def _pair(v):
+  return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def conv_flops_and_bytes(case, dtype):
+  """2*N*Ho*Wo*C*KH*KW FLOPs; bytes of x read once and y written once."""
+  sh, sw = _pair(case.strides)
+  ho, wo = -(-case.h // sh), -(-case.w // sw)  # SAME padding
+  flops = 2 * case.n * ho * wo * case.c * case.kh * case.kw
+  itemsize = jnp.dtype(dtype).itemsize
+  nbytes = (case.n * case.h * case.w * case.c + case.n * ho * wo * case.c) * itemsize
+  return flops, nbytes
+
+
+def time_fn(fn, arg_sets, samples):
+  """Median seconds per call of fn over rotating argument sets."""
+  jax.block_until_ready(fn(*arg_sets[0]))  # compile
+  t0 = time.perf_counter()
+  jax.block_until_ready(fn(*arg_sets[0]))
+  single = time.perf_counter() - t0
+  reps = max(1, min(20, int(MIN_SAMPLE_SECONDS / max(single, 1e-6))))
+  for i in range(2):  # warm-up
+    jax.block_until_ready(fn(*arg_sets[i % len(arg_sets)]))
+  times = []
+  k = 0
+  for _ in range(samples):
+    t0 = time.perf_counter()
+    out = None
+    for _ in range(reps):
+      out = fn(*arg_sets[k % len(arg_sets)])
+      k += 1
+    jax.block_until_ready(out)
+    times.append((time.perf_counter() - t0) / reps)
+  return statistics.median(times), reps
+
+
+def make_inputs(case, dtype, key):
+  x_bytes = case.n * case.h * case.w * case.c * jnp.dtype(dtype).itemsize
+  copies = int(min(8, max(1, -(-4 * L2_BYTES // x_bytes))))
+  sets = []
+  for i in range(copies):
+    kx, kw = jax.random.split(jax.random.fold_in(key, i))
+    x = jax.random.uniform(kx, (case.n, case.h, case.w, case.c), dtype, -1.0, 1.0)
+    w = jax.random.uniform(kw, (case.kh, case.kw, 1, case.c), dtype, -1.0, 1.0)
+    sets.append((x, w))
+  return sets
+
+
+def relative_error(a, b):
+  a = np.asarray(a.astype(jnp.float32), np.float64)
+  b = np.asarray(b.astype(jnp.float32), np.float64)
+  return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
+
+
+def provenance():
+  dev = jax.devices()[0]
+  driver = "unknown"
+  try:
+    import subprocess
+    driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                            capture_output=True, text=True, timeout=30).stdout.strip().splitlines()[0]
+  except Exception:  # no nvidia-smi: a CPU run
+    pass
+  return {
+      "gpu": getattr(dev, "device_kind", dev.platform),
+      "driver": driver,
+      "jax_version": jax.__version__,
+      "commit": os.environ.get("FLASHDWC_COMMIT", "unknown"),
+      "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+  }
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--mode", nargs="+", default=["fwd"], choices=MODES)
+  parser.add_argument("--dtype", nargs="+", default=["float32"], choices=["float32", "float16", "bfloat16"])
+  parser.add_argument("--shapes", nargs="+", default=["paper", "models"], choices=list(SHAPE_SETS))
+  parser.add_argument("--ks", type=int, nargs="+", default=None, help="restrict the paper points to these k")
+  parser.add_argument("--samples", type=int, default=20)
+  parser.add_argument("--out", default="benchmarks/results")
+  parser.add_argument("--tag", default="", help="suffix of the CSV file name")
+  args = parser.parse_args(argv)
+
+  cases = []
+  for name in args.shapes:
+    fn = SHAPE_SETS[name]
+    cases += fn(tuple(args.ks)) if (name == "paper" and args.ks) else fn()
+  prov = provenance()
+  os.makedirs(args.out, exist_ok=True)
+  stamp = prov["date"].replace(":", "").replace("-", "")
+  path = os.path.join(args.out, f"dwconv_{'_'.join(args.mode)}_{stamp}{args.tag}.csv")
+  fields = ["mode", "dtype", "case", "n", "h", "w", "c", "kh", "kw", "strides", "flashdwc_ms", "xla_ms",
+            "flashdwc_tflops", "xla_tflops", "flashdwc_gbs", "speedup", "rel_err", "gate", "reps",
+            "gpu", "driver", "jax_version", "commit", "date"]
+  rows = []
+  key = jax.random.key(int.from_bytes(os.urandom(4), "little"))
+  with open(path, "w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=fields)
+    writer.writeheader()
+    for mode in args.mode:
+      for dtype_name in args.dtype:
+        dtype = jnp.dtype(dtype_name)
+        # Relative max error allowed between the two implementations before the
+        # comparison is refused: fp32 sums differ in order; half types round once.
+        gate_tol = 1e-4 if dtype == jnp.float32 else 2e-2
+        for case in cases:
+          kwargs = dict(strides=case.strides, padding=case.padding, kernel_dilation=case.dilation)
+          ours = jax.jit(partial(depthwise_conv2d, **kwargs))
+          xla = jax.jit(partial(depthwise_conv2d, implementation="xla", **kwargs))
+          arg_sets = make_inputs(case, dtype, jax.random.fold_in(key, len(rows)))
+          err = relative_error(ours(*arg_sets[0]), xla(*arg_sets[0]))
+          gate = "ok" if err <= gate_tol else "FAILED"
+          t_ours, reps = time_fn(ours, arg_sets, args.samples)
+          t_xla, _ = time_fn(xla, arg_sets, args.samples)
+          flops, nbytes = conv_flops_and_bytes(case, dtype)
+          row = {
+              "mode": mode, "dtype": dtype_name, "case": case.name, "n": case.n, "h": case.h, "w": case.w,
+              "c": case.c, "kh": case.kh, "kw": case.kw, "strides": str(case.strides),
+              "flashdwc_ms": f"{t_ours * 1e3:.4f}", "xla_ms": f"{t_xla * 1e3:.4f}",
+              "flashdwc_tflops": f"{flops / t_ours / 1e12:.3f}", "xla_tflops": f"{flops / t_xla / 1e12:.3f}",
+              "flashdwc_gbs": f"{nbytes / t_ours / 1e9:.1f}",
+              "speedup": f"{t_xla / t_ours:.3f}" if gate == "ok" else "",
+              "rel_err": f"{err:.2e}", "gate": gate, "reps": reps, **prov,
+          }
+          writer.writerow(row)
+          f.flush()
+          rows.append(row)
+          print(f"{mode:5s} {dtype_name:8s} {case.name:32s} ours {t_ours*1e3:9.3f} ms "
+                f"{flops / t_ours / 1e12:7.2f} TF/s {nbytes / t_ours / 1e9:7.0f} GB/s | xla {t_xla*1e3:9.3f} ms "
+                f"| x{t_xla / t_ours:6.2f} err {err:.1e} {gate}", flush=True)
+
+  print(f"\nwrote {path}  ({prov['gpu']}, driver {prov['driver']}, jax {prov['jax_version']}, "
+        f"commit {prov['commit']})")
+  print_summary(rows)
+  return 0 if all(r["gate"] == "ok" for r in rows) else 1
+
+
+def print_summary(rows):
+  by_group = {}
+  for r in rows:
+    group = "paper" if r["case"].startswith("paper_") else "models"
+    by_group.setdefault((r["mode"], r["dtype"], group), []).append(r)
+  print(f"{'mode':5s} {'dtype':8s} {'set':7s} {'points':>6s} {'geomean x':>9s} {'min x':>7s} {'max TF/s':>8s}")
+  for (mode, dtype, group), rs in by_group.items():
+    speedups = [float(r["speedup"]) for r in rs if r["speedup"]]
+    if not speedups:
+      continue
+    geo = float(np.exp(np.mean(np.log(speedups))))
+    print(f"{mode:5s} {dtype:8s} {group:7s} {len(rs):6d} {geo:9.2f} {min(speedups):7.2f} "
+          f"{max(float(r['flashdwc_tflops']) for r in rs):8.2f}")
+
+
+if __name__ == "__main__":
+  sys.exit(main())

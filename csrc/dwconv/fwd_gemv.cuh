@@ -1,0 +1,209 @@
+// Flash-DWC forward kernel on CUDA cores (paper section 3): each thread computes
+// kTM consecutive outputs along the width for 4 channels, as FH rows of 1-D
+// convolutions. Along each row the inputs are reused width-first from a register
+// window (one new 4-channel load per filter tap feeds kTM * 4 FMAs) and the filter
+// row is shared by the block from shared memory, loaded with cp.async one row
+// ahead (double buffer).
+//
+// Block: 4 warps; a warp is 8 (channel groups of 4) x 4 (width segments), so a
+// block covers 32 channels x 16 segments of kTM outputs. Loads of 4 channels per
+// thread make each row of 8 threads one 128-byte transaction for fp32.
+#pragma once
+
+#include <cstdint>
+
+#include "common/cp_async.cuh"
+#include "common/cuda_types.cuh"
+#include "dwconv/params.h"
+
+namespace flashdwc {
+
+struct GemvFwdTraits {
+  static constexpr int kThreads = 128;
+  static constexpr int kChannelsPerThread = 4;
+  static constexpr int kChannelGroups = 8;                                   // threads along C per warp
+  static constexpr int kBlockChannels = kChannelGroups * kChannelsPerThread;  // 32
+  static constexpr int kSegments = kThreads / kChannelGroups;                 // 16 width segments
+  static_assert(kBlockChannels == 32, "the filter row in shared memory is laid out for 32 channels");
+};
+
+// Problem-derived values computed once on the host.
+struct GemvFwdGrid {
+  // Width segments of kTM outputs per output row: ceil(Wo / kTM).
+  int64_t segments_per_row;
+  // N * Ho * segments_per_row.
+  int64_t segments;
+};
+
+// The 4 channels [c, c + valid) of one input element, zero where masked.
+template <typename T, bool kVec>
+__device__ __forceinline__ void load_channels(const T* p, int valid, float (&v)[4]) {
+  if constexpr (kVec) {
+    if (valid > 0) {
+      Vec4<T>::load(p, v);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[i] = 0.0f;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = i < valid ? to_float(p[i]) : 0.0f;
+  }
+}
+
+// One filter row (taps 0..KW-1 of row kh, 32 channels) into shared memory. With
+// kVec each 4-channel chunk is one cp.async; otherwise plain element copies.
+template <typename T, bool kVec>
+__device__ __forceinline__ void load_filter_row(T* dst, const T* __restrict__ w, const DwConvParams& p,
+                                                int64_t kh, int64_t channel_base) {
+  using Tr = GemvFwdTraits;
+  if constexpr (kVec) {
+    const int chunks = int(p.kernel_w) * Tr::kChannelGroups;
+    for (int q = threadIdx.x; q < chunks; q += Tr::kThreads) {
+      const int kw = q / Tr::kChannelGroups, group = q % Tr::kChannelGroups;
+      const int64_t c = channel_base + group * 4;
+      const bool valid = c < p.channels;
+      const T* src = valid ? w + filter_tap(p, kh, kw) * p.channels + c : w;
+      cp_async<4 * sizeof(T)>(dst + kw * Tr::kBlockChannels + group * 4, src, valid);
+    }
+  } else {
+    const int elements = int(p.kernel_w) * Tr::kBlockChannels;
+    for (int e = threadIdx.x; e < elements; e += Tr::kThreads) {
+      const int kw = e / Tr::kBlockChannels;
+      const int64_t c = channel_base + e % Tr::kBlockChannels;
+      dst[e] = c < p.channels ? w[filter_tap(p, kh, kw) * p.channels + c] : T(0.0f);
+    }
+  }
+}
+
+// One filter row's 1-D convolution for this thread's kTM x 4 outputs.
+//
+// Window invariant: at tap kw, slot (kw + j) % kWin holds input column
+// base_iw + kw + j, for j in [0, kWin). Output t reads j = kStride * t. Each tap
+// loads only j = kWin - 1 into the slot that tap kw - 1 has finished with; with
+// the taps unrolled in chunks of kWin, every slot index is a compile-time
+// constant and the window never moves between registers.
+template <typename T, int kTM, int kStride, bool kVec, bool kChecked>
+__device__ __forceinline__ void gemv_row(float (&acc)[kTM][4], const T* __restrict__ x_row,
+                                         const T* w_row, int64_t base_iw, int64_t in_w,
+                                         int64_t channels, int channels_valid, int kernel_w) {
+  constexpr int kWin = kStride * (kTM - 1) + 1;
+  float win[kWin][4];
+  auto load_column = [&](float (&v)[4], int64_t iw) {
+    const bool inside = !kChecked || (iw >= 0 && iw < in_w);
+    load_channels<T, kVec>(x_row + iw * channels, inside ? channels_valid : 0, v);
+  };
+  auto tap = [&](int k, int kw) {
+    load_column(win[(k + kWin - 1) % kWin], base_iw + kw + kWin - 1);
+    float wv[4];
+    if constexpr (kVec) {
+      Vec4<T>::load_shared(w_row + kw * GemvFwdTraits::kBlockChannels, wv);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) wv[i] = to_float(w_row[kw * GemvFwdTraits::kBlockChannels + i]);
+    }
+#pragma unroll
+    for (int t = 0; t < kTM; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[t][i] = fmaf(win[(k + kStride * t) % kWin][i], wv[i], acc[t][i]);
+  };
+
+#pragma unroll
+  for (int j = 0; j < kWin - 1; ++j) load_column(win[j], base_iw + j);
+  int kw0 = 0;
+  // Whole chunks carry no per-tap guard, so the compiler can issue their loads early.
+  for (; kw0 + kWin <= kernel_w; kw0 += kWin) {
+#pragma unroll
+    for (int k = 0; k < kWin; ++k) tap(k, kw0 + k);
+  }
+#pragma unroll
+  for (int k = 0; k < kWin; ++k) {
+    if (kw0 + k < kernel_w) tap(k, kw0 + k);
+  }
+}
+
+template <typename T, int kTM, int kStride, bool kVec>
+__global__ void __launch_bounds__(GemvFwdTraits::kThreads)
+dwconv_fwd_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+                       DwConvParams p, GemvFwdGrid grid) {
+  using Tr = GemvFwdTraits;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* w_smem = reinterpret_cast<T*>(smem_raw);  // (2, KW, 32): double-buffered filter rows
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int group = lane % Tr::kChannelGroups;
+  const int segment_in_block = warp * (32 / Tr::kChannelGroups) + lane / Tr::kChannelGroups;
+  const int64_t segment = int64_t(blockIdx.x) * Tr::kSegments + segment_in_block;
+  const int64_t channel_base = int64_t(blockIdx.y) * Tr::kBlockChannels;
+  const int64_t c0 = channel_base + group * 4;
+  const int64_t channels_left = p.channels - c0;
+  const int channels_valid = channels_left <= 0 ? 0 : channels_left >= 4 ? 4 : int(channels_left);
+  const bool active = segment < grid.segments && channels_valid > 0;
+
+  const int64_t ow0 = (segment % grid.segments_per_row) * kTM;
+  const int64_t row = segment / grid.segments_per_row;
+  const int64_t oh = row % p.out_h;
+  const int64_t n = row / p.out_h;
+  const int64_t base_iw = ow0 * kStride - p.pad_left;
+  const int kernel_w = int(p.kernel_w);
+  // Every column this thread reads is inside the image: no bounds checks needed.
+  const bool interior = base_iw >= 0 && base_iw + kernel_w - 1 + kStride * (kTM - 1) < p.in_w;
+
+  float acc[kTM][4];
+#pragma unroll
+  for (int t = 0; t < kTM; ++t)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[t][i] = 0.0f;
+
+  const int64_t row_elems = p.kernel_w * Tr::kBlockChannels;
+  if constexpr (kVec) {
+    load_filter_row<T, kVec>(w_smem, w, p, 0, channel_base);
+    cp_async_commit();
+  }
+  for (int64_t kh = 0; kh < p.kernel_h; ++kh) {
+    T* w_row_smem = w_smem + (kh & 1) * row_elems;
+    if constexpr (kVec) {
+      if (kh + 1 < p.kernel_h) {
+        load_filter_row<T, kVec>(w_smem + ((kh + 1) & 1) * row_elems, w, p, kh + 1, channel_base);
+        cp_async_commit();
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+    } else {
+      load_filter_row<T, kVec>(w_row_smem, w, p, kh, channel_base);
+    }
+    __syncthreads();
+    const int64_t ih = oh * p.stride_h - p.pad_top + kh * p.dilation_h;
+    if (active && ih >= 0 && ih < p.in_h) {
+      const T* x_row = x + (n * p.in_h + ih) * p.in_w * p.channels + c0;
+      const T* w_row = w_row_smem + group * 4;
+      if (interior) {
+        gemv_row<T, kTM, kStride, kVec, false>(acc, x_row, w_row, base_iw, p.in_w, p.channels,
+                                               channels_valid, kernel_w);
+      } else {
+        gemv_row<T, kTM, kStride, kVec, true>(acc, x_row, w_row, base_iw, p.in_w, p.channels,
+                                              channels_valid, kernel_w);
+      }
+    }
+    // The next iteration overwrites the buffer this one read.
+    __syncthreads();
+  }
+
+  if (!active) return;
+  T* y_base = y + ((n * p.out_h + oh) * p.out_w + ow0) * p.channels + c0;
+#pragma unroll
+  for (int t = 0; t < kTM; ++t) {
+    if (ow0 + t >= p.out_w) break;
+    T* dst = y_base + t * p.channels;
+    if constexpr (kVec) {
+      Vec4<T>::store(dst, acc[t]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (i < channels_valid) dst[i] = from_float<T>(acc[t][i]);
+    }
+  }
+}
+
+}  // namespace flashdwc

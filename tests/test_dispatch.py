@@ -1,0 +1,40 @@
+"""The CUDA dispatcher sends each test shape to the kernel we expect, so that the
+numerical tests exercise both the tiled GEMV kernel and the direct fallback."""
+
+import pytest
+
+from jax_flashdwc import _ffi
+from shapes import TEST_CASES
+
+
+def _pair(v):
+  return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def expected_forward_kernel(case):
+  _, sw = _pair(case.strides)
+  _, dw = _pair(case.dilation)
+  return "gemv" if sw in (1, 2) and dw == 1 and case.kw <= 512 else "direct"
+
+
+@pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
+def test_forward_dispatch_covers_both_kernels():
+  native = _ffi._jax_flashdwc
+  chosen = {}
+  for case in TEST_CASES:
+    _, sw = _pair(case.strides)
+    _, dw = _pair(case.dilation)
+    kernel = native.cuda_forward_kernel(channels=case.c, out_w=case.w, kernel_w=case.kw, stride_w=sw,
+                                        dilation_w=dw)
+    assert kernel == expected_forward_kernel(case), case.name
+    chosen.setdefault(kernel, []).append(case.name)
+  assert len(chosen.get("gemv", [])) >= 10 and len(chosen.get("direct", [])) >= 3, chosen
+
+
+@pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
+def test_forward_dispatch_limits():
+  native = _ffi._jax_flashdwc
+  assert native.cuda_forward_kernel(channels=64, out_w=64, kernel_w=512, stride_w=1, dilation_w=1) == "gemv"
+  assert native.cuda_forward_kernel(channels=64, out_w=64, kernel_w=513, stride_w=1, dilation_w=1) == "direct"
+  assert native.cuda_forward_kernel(channels=64, out_w=64, kernel_w=7, stride_w=3, dilation_w=1) == "direct"
+  assert native.cuda_forward_kernel(channels=64, out_w=64, kernel_w=7, stride_w=1, dilation_w=2) == "direct"
