@@ -14,11 +14,29 @@ constexpr int kDirectThreads = 256;
 // H200 (132 SMs x 8 resident blocks of 256 threads = 1056).
 constexpr int64_t kMaxDirectBlocks = 65536;
 
-// Outputs per thread along the width in the GEMV kernel; the paper's choice.
-constexpr int kGemvTM = 8;
+// Outputs per thread along the width in the GEMV kernel, and the register cap
+// (through the minimum resident blocks per SM). Stride 1: the paper's TM = 8,
+// capped at 128 registers (4 blocks of 128 threads per SM; uncapped, ptxas takes
+// 143-168 and only 3 fit). Stride 2 needs a window of 2*TM - 1 columns: TM = 8
+// took 202-255 registers and spilled kilobytes when capped, TM = 4 fits in 128.
+template <int kStride>
+struct GemvConfig;
+template <>
+struct GemvConfig<1> {
+  static constexpr int kTM = 8;
+  static constexpr int kMinBlocksPerSM = 4;
+};
+template <>
+struct GemvConfig<2> {
+  static constexpr int kTM = 4;
+  static constexpr int kMinBlocksPerSM = 4;
+};
 // Widest filter row the GEMV kernel keeps in shared memory: 2 rows x 512 taps x
 // 32 channels x 4 bytes = 128 KiB, within the 227 KiB an sm_90 block may use.
 constexpr int64_t kGemvMaxKernelW = 512;
+// Filter bytes per pipeline stage: whole filters up to 11x11 (fp32) in one stage,
+// four 31-wide rows per stage, while two stages stay small next to L1.
+constexpr int64_t kGemvStageBytes = 16 * 1024;
 
 dim3 direct_grid(int64_t elements) {
   const int64_t blocks = (elements + kDirectThreads - 1) / kDirectThreads;
@@ -34,16 +52,19 @@ cudaError_t launch_fwd_direct(const DwConvParams& p, const T* x, const T* w, T* 
   return cudaGetLastError();
 }
 
-template <typename T, int kTM, int kStride, bool kVec>
+template <typename T, int kStride, bool kVec>
 cudaError_t launch_fwd_gemv(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream) {
   using Tr = GemvFwdTraits;
+  constexpr int kTM = GemvConfig<kStride>::kTM;
   GemvFwdGrid grid;
   grid.segments_per_row = (p.out_w + kTM - 1) / kTM;
   grid.segments = p.batch * p.out_h * grid.segments_per_row;
+  const int64_t row_bytes = p.kernel_w * Tr::kBlockChannels * int64_t(sizeof(T));
+  grid.rows_per_stage = std::clamp<int64_t>(kGemvStageBytes / row_bytes, 1, p.kernel_h);
   const dim3 blocks(unsigned((grid.segments + Tr::kSegments - 1) / Tr::kSegments),
                     unsigned((p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels));
-  const size_t smem = 2 * size_t(p.kernel_w) * Tr::kBlockChannels * sizeof(T);
-  auto kernel = dwconv_fwd_gemv_kernel<T, kTM, kStride, kVec>;
+  const size_t smem = 2 * size_t(grid.rows_per_stage * row_bytes);
+  auto kernel = dwconv_fwd_gemv_kernel<T, kTM, kStride, kVec, GemvConfig<kStride>::kMinBlocksPerSM>;
   if (smem > 48 * 1024) {
     if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
         err != cudaSuccess) {
@@ -58,15 +79,16 @@ template <typename T, int kStride>
 cudaError_t launch_fwd_gemv_stride(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream) {
   const bool vec = p.channels % 4 == 0 && aligned(x, 4 * sizeof(T)) && aligned(w, 4 * sizeof(T)) &&
                    aligned(y, 4 * sizeof(T));
-  return vec ? launch_fwd_gemv<T, kGemvTM, kStride, true>(p, x, w, y, stream)
-             : launch_fwd_gemv<T, kGemvTM, kStride, false>(p, x, w, y, stream);
+  return vec ? launch_fwd_gemv<T, kStride, true>(p, x, w, y, stream)
+             : launch_fwd_gemv<T, kStride, false>(p, x, w, y, stream);
 }
 
 }  // namespace
 
 FwdKernel select_fwd_kernel(const DwConvParams& p) {
   using Tr = GemvFwdTraits;
-  const int64_t segments = p.batch * p.out_h * ((p.out_w + kGemvTM - 1) / kGemvTM);
+  const int64_t tm = p.stride_w == 1 ? GemvConfig<1>::kTM : GemvConfig<2>::kTM;
+  const int64_t segments = p.batch * p.out_h * ((p.out_w + tm - 1) / tm);
   const bool gemv = (p.stride_w == 1 || p.stride_w == 2) && p.dilation_w == 1 &&
                     p.kernel_w <= kGemvMaxKernelW &&
                     (p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels <= 65535 &&

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/cp_async.cuh"
 #include "common/cuda_types.cuh"
@@ -33,7 +34,18 @@ struct GemvFwdGrid {
   int64_t segments_per_row;
   // N * Ho * segments_per_row.
   int64_t segments;
+  // Filter rows per shared-memory stage (see kGemvStageBytes in dwconv_cuda.cu).
+  int64_t rows_per_stage;
 };
+
+// Calls f(std::integral_constant<int, i>) for i in [kBegin, kEnd).
+template <int kBegin, int kEnd, typename F>
+__device__ __forceinline__ void static_for(F&& f) {
+  if constexpr (kBegin < kEnd) {
+    f(std::integral_constant<int, kBegin>{});
+    static_for<kBegin + 1, kEnd>(f);
+  }
+}
 
 // The 4 channels [c, c + valid) of one input element, zero where masked.
 template <typename T, bool kVec>
@@ -51,27 +63,32 @@ __device__ __forceinline__ void load_channels(const T* p, int valid, float (&v)[
   }
 }
 
-// One filter row (taps 0..KW-1 of row kh, 32 channels) into shared memory. With
-// kVec each 4-channel chunk is one cp.async; otherwise plain element copies.
+// Filter rows [kh_begin, kh_end) (all KW taps, 32 channels each) into shared
+// memory, laid out (row, KW, 32). With kVec each 4-channel chunk is one cp.async;
+// otherwise plain element copies.
 template <typename T, bool kVec>
-__device__ __forceinline__ void load_filter_row(T* dst, const T* __restrict__ w, const DwConvParams& p,
-                                                int64_t kh, int64_t channel_base) {
+__device__ __forceinline__ void load_filter_rows(T* dst, const T* __restrict__ w, const DwConvParams& p,
+                                                 int64_t kh_begin, int64_t kh_end, int64_t channel_base) {
   using Tr = GemvFwdTraits;
+  const int kernel_w = int(p.kernel_w);
   if constexpr (kVec) {
-    const int chunks = int(p.kernel_w) * Tr::kChannelGroups;
+    const int row_chunks = kernel_w * Tr::kChannelGroups;
+    const int chunks = int(kh_end - kh_begin) * row_chunks;
     for (int q = threadIdx.x; q < chunks; q += Tr::kThreads) {
-      const int kw = q / Tr::kChannelGroups, group = q % Tr::kChannelGroups;
+      const int r = q / row_chunks, in_row = q % row_chunks;
+      const int kw = in_row / Tr::kChannelGroups, group = in_row % Tr::kChannelGroups;
       const int64_t c = channel_base + group * 4;
       const bool valid = c < p.channels;
-      const T* src = valid ? w + filter_tap(p, kh, kw) * p.channels + c : w;
-      cp_async<4 * sizeof(T)>(dst + kw * Tr::kBlockChannels + group * 4, src, valid);
+      const T* src = valid ? w + filter_tap(p, kh_begin + r, kw) * p.channels + c : w;
+      cp_async<4 * sizeof(T)>(dst + q * 4, src, valid);
     }
   } else {
-    const int elements = int(p.kernel_w) * Tr::kBlockChannels;
+    const int row_elems = kernel_w * Tr::kBlockChannels;
+    const int elements = int(kh_end - kh_begin) * row_elems;
     for (int e = threadIdx.x; e < elements; e += Tr::kThreads) {
-      const int kw = e / Tr::kBlockChannels;
+      const int r = e / row_elems, kw = (e % row_elems) / Tr::kBlockChannels;
       const int64_t c = channel_base + e % Tr::kBlockChannels;
-      dst[e] = c < p.channels ? w[filter_tap(p, kh, kw) * p.channels + c] : T(0.0f);
+      dst[e] = c < p.channels ? w[filter_tap(p, kh_begin + r, kw) * p.channels + c] : T(0.0f);
     }
   }
 }
@@ -111,19 +128,23 @@ __device__ __forceinline__ void gemv_row(float (&acc)[kTM][4], const T* __restri
 #pragma unroll
   for (int j = 0; j < kWin - 1; ++j) load_column(win[j], base_iw + j);
   int kw0 = 0;
-  // Whole chunks carry no per-tap guard, so the compiler can issue their loads early.
+  // Whole chunks and the remainder are both unrolled without per-tap guards, so
+  // the compiler can issue each chunk's loads ahead of its FMAs.
   for (; kw0 + kWin <= kernel_w; kw0 += kWin) {
 #pragma unroll
     for (int k = 0; k < kWin; ++k) tap(k, kw0 + k);
   }
+  const int remainder = kernel_w - kw0;
+  static_for<1, kWin>([&](auto r) {
+    if (remainder == r.value) {
 #pragma unroll
-  for (int k = 0; k < kWin; ++k) {
-    if (kw0 + k < kernel_w) tap(k, kw0 + k);
-  }
+      for (int k = 0; k < r.value; ++k) tap(k, kw0 + k);
+    }
+  });
 }
 
-template <typename T, int kTM, int kStride, bool kVec>
-__global__ void __launch_bounds__(GemvFwdTraits::kThreads)
+template <typename T, int kTM, int kStride, bool kVec, int kMinBlocksPerSM>
+__global__ void __launch_bounds__(GemvFwdTraits::kThreads, kMinBlocksPerSM)
 dwconv_fwd_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
                        DwConvParams p, GemvFwdGrid grid) {
   using Tr = GemvFwdTraits;
@@ -146,8 +167,11 @@ dwconv_fwd_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __re
   const int64_t n = row / p.out_h;
   const int64_t base_iw = ow0 * kStride - p.pad_left;
   const int kernel_w = int(p.kernel_w);
-  // Every column this thread reads is inside the image: no bounds checks needed.
-  const bool interior = base_iw >= 0 && base_iw + kernel_w - 1 + kStride * (kTM - 1) < p.in_w;
+  // Every column the warp reads is inside the image: no bounds checks needed. The
+  // choice is per warp, so that a warp never runs both paths (v1 decided per
+  // thread; the edge warps then ran both and the block waited for them each row).
+  const bool interior = __all_sync(
+      0xffffffffu, !active || (base_iw >= 0 && base_iw + kernel_w - 1 + kStride * (kTM - 1) < p.in_w));
 
   float acc[kTM][4];
 #pragma unroll
@@ -155,29 +179,36 @@ dwconv_fwd_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __re
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[t][i] = 0.0f;
 
+  // Filter rows travel in stages of grid.rows_per_stage rows, double-buffered, so
+  // that small filters need one barrier pair in all and large ones few.
   const int64_t row_elems = p.kernel_w * Tr::kBlockChannels;
+  const int64_t rows_per_stage = grid.rows_per_stage;
+  const int64_t stages = (p.kernel_h + rows_per_stage - 1) / rows_per_stage;
+  auto stage_smem = [&](int64_t stage) { return w_smem + (stage & 1) * rows_per_stage * row_elems; };
+  auto stage_end = [&](int64_t stage) { return min((stage + 1) * rows_per_stage, p.kernel_h); };
   if constexpr (kVec) {
-    load_filter_row<T, kVec>(w_smem, w, p, 0, channel_base);
+    load_filter_rows<T, kVec>(stage_smem(0), w, p, 0, stage_end(0), channel_base);
     cp_async_commit();
   }
-  for (int64_t kh = 0; kh < p.kernel_h; ++kh) {
-    T* w_row_smem = w_smem + (kh & 1) * row_elems;
+  for (int64_t stage = 0; stage < stages; ++stage) {
     if constexpr (kVec) {
-      if (kh + 1 < p.kernel_h) {
-        load_filter_row<T, kVec>(w_smem + ((kh + 1) & 1) * row_elems, w, p, kh + 1, channel_base);
+      if (stage + 1 < stages) {
+        load_filter_rows<T, kVec>(stage_smem(stage + 1), w, p, (stage + 1) * rows_per_stage,
+                                  stage_end(stage + 1), channel_base);
         cp_async_commit();
         cp_async_wait<1>();
       } else {
         cp_async_wait<0>();
       }
     } else {
-      load_filter_row<T, kVec>(w_row_smem, w, p, kh, channel_base);
+      load_filter_rows<T, kVec>(stage_smem(stage), w, p, stage * rows_per_stage, stage_end(stage), channel_base);
     }
     __syncthreads();
-    const int64_t ih = oh * p.stride_h - p.pad_top + kh * p.dilation_h;
-    if (active && ih >= 0 && ih < p.in_h) {
+    for (int64_t kh = stage * rows_per_stage; kh < stage_end(stage); ++kh) {
+      const int64_t ih = oh * p.stride_h - p.pad_top + kh * p.dilation_h;
+      if (!active || ih < 0 || ih >= p.in_h) continue;
       const T* x_row = x + (n * p.in_h + ih) * p.in_w * p.channels + c0;
-      const T* w_row = w_row_smem + group * 4;
+      const T* w_row = stage_smem(stage) + (kh - stage * rows_per_stage) * row_elems + group * 4;
       if (interior) {
         gemv_row<T, kTM, kStride, kVec, false>(acc, x_row, w_row, base_iw, p.in_w, p.channels,
                                                channels_valid, kernel_w);
@@ -186,7 +217,7 @@ dwconv_fwd_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __re
                                               channels_valid, kernel_w);
       }
     }
-    // The next iteration overwrites the buffer this one read.
+    // The next stage's copies overwrite the buffer this one read.
     __syncthreads();
   }
 
