@@ -1,8 +1,13 @@
 import os
 import sys
 
-import jax
-import pytest
+# Eight host devices for the sharding tests; must be set before jax initializes.
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                             " --xla_force_host_platform_device_count=8").strip()
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
 
 # The tests import tests/shapes.py and tests/numerics.py as top-level modules.
 sys.path.insert(0, os.path.dirname(__file__))

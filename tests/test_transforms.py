@@ -62,7 +62,7 @@ def test_vmap_matches_xla_and_is_one_call(case, in_axes, device):
   _close(ours(x, w), jax.vmap(_conv(case, "xla"), in_axes=in_axes)(x, w))
   # A real batching rule: one custom call for the whole batch, no loop.
   jaxpr = jax.make_jaxpr(jax.vmap(_conv(case), in_axes=in_axes))(x, w).jaxpr
-  assert _count_eqns(jaxpr, "flashdwc_fwd") == 1
+  assert _count_eqns(jaxpr, "flashdwc_fwd_call") == 1
   assert _count_eqns(jaxpr, "while") == 0
 
 
@@ -134,5 +134,5 @@ def test_xla_implementation_is_xla():
   x = jnp.asarray(rng.uniform(-1, 1, size=CASE.x_shape), jnp.float32)
   w = jnp.asarray(rng.uniform(-1, 1, size=CASE.kernel_shape), jnp.float32)
   jaxpr = jax.make_jaxpr(lambda x, w: depthwise_conv2d(x, w, implementation="xla"))(x, w).jaxpr
-  assert _count_eqns(jaxpr, "flashdwc_fwd") == 0
+  assert _count_eqns(jaxpr, "flashdwc_fwd_call") == 0
   assert _count_eqns(jaxpr, "conv_general_dilated") == 1

@@ -1,0 +1,71 @@
+"""The raw custom calls: one primitive per pass, lowered to its XLA FFI handler.
+
+These are what XLA finally runs on each device. The public primitives in ops.py
+lower to them through the partitioning rules in _partitioning.py.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+from jax.core import ShapedArray
+from jax.extend.core import Primitive
+from jax.interpreters import mlir
+
+from . import _ffi
+
+try:
+  from jax.interpreters.xla import apply_primitive
+except ImportError:  # Newer jax keeps it in dispatch only.
+  from jax._src.dispatch import apply_primitive
+
+FFI_TARGETS = ("flashdwc_fwd", "flashdwc_bwd_data", "flashdwc_bwd_filter")
+
+
+def fwd_abstract(x, w, *, geometry):
+  """y: (N, Ho, Wo, C) from x (N, H, W, C) and w (KH, KW, 1, C)."""
+  ho, wo = geometry.output_hw(x.shape[1:3], w.shape[:2])
+  return ShapedArray((x.shape[0], ho, wo, x.shape[3]), x.dtype)
+
+
+def bwd_data_abstract(dy, w, *, geometry, input_hw):
+  """dx: (N, H, W, C) from dy (N, Ho, Wo, C) and w."""
+  return ShapedArray((dy.shape[0], *input_hw, dy.shape[3]), dy.dtype)
+
+
+def bwd_filter_abstract(x, dy, *, geometry, kernel_hw):
+  """dw: (KH, KW, 1, C) from x and dy."""
+  return ShapedArray((*kernel_hw, 1, x.shape[3]), x.dtype)
+
+
+def _ffi_lowering(target: str):
+  lower = jax.ffi.ffi_lowering(target)
+
+  def rule(ctx, *operands, geometry, **_shape_params):
+    # Only `geometry` reaches the handler; shapes travel with the buffers.
+    return lower(ctx, *operands, geometry=geometry.ffi_attribute())
+
+  return rule
+
+
+def _missing_cuda_lowering(ctx, *operands, **params):
+  raise NotImplementedError(
+      "jax_flashdwc was built without its CUDA kernels (no CUDA compiler was found at "
+      "install time), so it cannot run on a GPU. Reinstall it where nvcc is on PATH, or "
+      "pass implementation='xla' to depthwise_conv2d.")
+
+
+def _make(target, abstract):
+  prim = Primitive(target + "_call")
+  prim.def_impl(partial(apply_primitive, prim))
+  prim.def_abstract_eval(abstract)
+  mlir.register_lowering(prim, _ffi_lowering(target), platform="cpu")
+  mlir.register_lowering(prim, _ffi_lowering(target) if _ffi.cuda_available() else _missing_cuda_lowering,
+                         platform="cuda")
+  return prim
+
+
+fwd_call_p = _make("flashdwc_fwd", fwd_abstract)
+bwd_data_call_p = _make("flashdwc_bwd_data", bwd_data_abstract)
+bwd_filter_call_p = _make("flashdwc_bwd_filter", bwd_filter_abstract)

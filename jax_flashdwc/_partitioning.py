@@ -1,0 +1,140 @@
+"""How the custom calls split across devices.
+
+Each pass is wrapped in `jax.experimental.custom_partitioning`, so that XLA's
+partitioner runs it on per-device shards instead of gathering its operands:
+
+- batch N and channels C shard with no communication in the forward and
+  backward-data passes (each device convolves its own images and channels);
+- in the filter gradient N is a reduction: each device computes the partial
+  sum of its images and the partials are all-reduced (in float32);
+- H and W must be whole on each device (a convolution window crosses any split),
+  so a spatially sharded operand is gathered first. That is correct, not fast.
+
+On one device, and inside `shard_map` (where every axis is manual), the wrapper
+lowers straight to the custom call.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from . import _custom_calls as calls
+
+# Factors that must not be split: every spatial and filter dimension.
+_SPATIAL = ("h", "w", "ho", "wo", "kh", "kw")
+
+
+def _axes(spec, dim):
+  """The mesh axes of dimension `dim` in a PartitionSpec, as a tuple."""
+  if spec is None or dim >= len(spec) or spec[dim] is None:
+    return ()
+  entry = spec[dim]
+  return tuple(entry) if isinstance(entry, (tuple, list)) else (entry,)
+
+
+def _spec_of(shape):
+  sharding = getattr(shape, "sharding", None)
+  return getattr(sharding, "spec", None)
+
+
+def _entry(axes):
+  return None if not axes else axes[0] if len(axes) == 1 else tuple(axes)
+
+
+def _batch_and_channel_axes(image_spec, other_spec, other_channel_dim, other_batch_dim=None):
+  """Mesh axes for N and C: from the image-like operand, else from the other one."""
+  batch = _axes(image_spec, 0) or (_axes(other_spec, other_batch_dim) if other_batch_dim is not None else ())
+  channels = _axes(image_spec, 3) or _axes(other_spec, other_channel_dim)
+  if set(channels) & set(batch):
+    channels = ()
+  return batch, channels
+
+
+def _image_filter_plan(mesh, arg_shapes):
+  """Shardings for (image, filter) -> image passes: fwd (x, w) and bwd_data (dy, w)."""
+  image_spec, w_spec = _spec_of(arg_shapes[0]), _spec_of(arg_shapes[1])
+  batch, channels = _batch_and_channel_axes(image_spec, w_spec, 3)
+  image = NamedSharding(mesh, P(_entry(batch), None, None, _entry(channels)))
+  w = NamedSharding(mesh, P(None, None, None, _entry(channels)))
+  return (image, w), image
+
+
+def _bwd_filter_plan(mesh, arg_shapes):
+  """Shardings for bwd_filter (x, dy) -> dw, and the axes its partials sum over."""
+  x_spec, dy_spec = _spec_of(arg_shapes[0]), _spec_of(arg_shapes[1])
+  batch, channels = _batch_and_channel_axes(x_spec, dy_spec, 3, other_batch_dim=0)
+  image = NamedSharding(mesh, P(_entry(batch), None, None, _entry(channels)))
+  dw = NamedSharding(mesh, P(None, None, None, _entry(channels)))
+  return (image, image), dw, batch
+
+
+def _define(fn, plan_kind):
+  """Attaches partition rules to a custom_partitioning function of (a, b, *static)."""
+
+  def infer(*args):
+    *_static, mesh, arg_shapes, _result_shape = args
+    if plan_kind == "bwd_filter":
+      return _bwd_filter_plan(mesh, arg_shapes)[1]
+    return _image_filter_plan(mesh, arg_shapes)[1]
+
+  def partition(*args):
+    *static, mesh, arg_shapes, _result_shape = args
+    if plan_kind == "bwd_filter":
+      operands, result, reduce_axes = _bwd_filter_plan(mesh, arg_shapes)
+
+      def lower(x, dy):
+        dw = calls.bwd_filter_call_p.bind(x, dy, geometry=static[0], kernel_hw=static[1])
+        if not reduce_axes:
+          return dw
+        # Each device holds the partial sum of its images; add them in float32.
+        return jax.lax.psum(dw.astype(jnp.float32), reduce_axes).astype(dw.dtype)
+    else:
+      operands, result = _image_filter_plan(mesh, arg_shapes)
+      prim = calls.fwd_call_p if plan_kind == "fwd" else calls.bwd_data_call_p
+      extra = {} if plan_kind == "fwd" else {"input_hw": static[1]}
+
+      def lower(a, b):
+        return prim.bind(a, b, geometry=static[0], **extra)
+
+    return mesh, lower, result, operands
+
+  if plan_kind == "bwd_filter":
+    rule = "n h w c, n ho wo c -> kh kw one c"
+    reduction = ("n",)
+  else:
+    out = "n ho wo c" if plan_kind == "fwd" else "n h w c"
+    first = "n h w c" if plan_kind == "fwd" else "n ho wo c"
+    rule = f"{first}, kh kw one c -> {out}"
+    reduction = ()
+  # Shardy wants the special factors in the order they first appear in the rule.
+  factors = dict.fromkeys(rule.replace(",", " ").replace("->", " ").split())
+  need_replication = tuple(f for f in factors if f in _SPATIAL)
+  fn.def_partition(partition=partition, infer_sharding_from_operands=infer,
+                   propagate_user_sharding=None, sharding_rule=rule,
+                   reduction_factors=reduction, need_replication_factors=need_replication)
+  return fn
+
+
+@partial(custom_partitioning, static_argnums=(2,))
+def _fwd(x, w, geometry):
+  return calls.fwd_call_p.bind(x, w, geometry=geometry)
+
+
+@partial(custom_partitioning, static_argnums=(2, 3))
+def _bwd_data(dy, w, geometry, input_hw):
+  return calls.bwd_data_call_p.bind(dy, w, geometry=geometry, input_hw=input_hw)
+
+
+@partial(custom_partitioning, static_argnums=(2, 3))
+def _bwd_filter(x, dy, geometry, kernel_hw):
+  return calls.bwd_filter_call_p.bind(x, dy, geometry=geometry, kernel_hw=kernel_hw)
+
+
+fwd = _define(_fwd, "fwd")
+bwd_data = _define(_bwd_data, "bwd_data")
+bwd_filter = _define(_bwd_filter, "bwd_filter")

@@ -1,0 +1,111 @@
+"""The custom calls partition across devices: tested on 8 simulated CPU devices.
+
+Batch and channel sharding must run with no all-gather of the activations, and
+every sharded result must equal the single-device one.
+"""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from jax_flashdwc import depthwise_conv2d
+from numerics import fresh_seed
+from shapes import ConvCase
+
+CPUS = jax.devices("cpu")
+CASES = [ConvCase("k5", 8, 10, 9, 16, 5, 5), ConvCase("s2_k3x4", 8, 11, 12, 16, 3, 4, strides=2, padding=((1, 2), (0, 1)))]
+MESHES = [pytest.param((8,), ("a",), id="mesh8"), pytest.param((4, 2), ("a", "b"), id="mesh4x2"),
+          pytest.param((2, 4), ("a", "b"), id="mesh2x4")]
+
+pytestmark = pytest.mark.skipif(len(CPUS) < 8, reason="needs 8 host devices (XLA_FLAGS set in conftest)")
+
+
+def _shardings(axes):
+  """(name, spec of x/y, spec of w) for sharding over N, over C, and over both."""
+  out = [("batch", P(axes, None, None, None), P()), ("channels", P(None, None, None, axes), P(None, None, None, axes))]
+  if len(axes) == 2:
+    out.append(("both", P(axes[0], None, None, axes[1]), P(None, None, None, axes[1])))
+  return out
+
+
+def _loss(case):
+  def loss(x, w):
+    return jnp.sum(jnp.tanh(depthwise_conv2d(x, w, **case.conv_kwargs())))
+  return loss
+
+
+def _padded(spec, rank=4):
+  return tuple(spec) + (None,) * (rank - len(spec))
+
+
+def _hlo(fn, *args):
+  return fn.lower(*args).compile().as_text()
+
+
+def _assert_no_activation_gather(hlo, what):
+  gathers = re.findall(r"all-gather[^\n]*", hlo)
+  assert not gathers, f"{what}: the compiled program gathers: {gathers[:2]}"
+
+
+@pytest.mark.parametrize("mesh_shape, axis_names", MESHES)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_batch_and_channel_sharding_match_single_device(case, mesh_shape, axis_names):
+  mesh = Mesh(np.array(CPUS[:8]).reshape(mesh_shape), axis_names)
+  rng = np.random.default_rng(fresh_seed())
+  x = jnp.asarray(rng.uniform(-1, 1, case.x_shape), jnp.float32)
+  w = jnp.asarray(rng.uniform(-1, 1, case.kernel_shape), jnp.float32)
+  cpu = CPUS[0]
+  fwd_ref = jax.jit(lambda x, w: depthwise_conv2d(x, w, **case.conv_kwargs()))(
+      jax.device_put(x, cpu), jax.device_put(w, cpu))
+  grad_ref = jax.jit(jax.value_and_grad(_loss(case), argnums=(0, 1)))(jax.device_put(x, cpu),
+                                                                       jax.device_put(w, cpu))
+  axes = axis_names if len(axis_names) > 1 else axis_names[0]
+  for name, x_spec, w_spec in _shardings(axes):
+    xs = jax.device_put(x, NamedSharding(mesh, x_spec))
+    ws = jax.device_put(w, NamedSharding(mesh, w_spec))
+    fwd = jax.jit(lambda x, w: depthwise_conv2d(x, w, **case.conv_kwargs()))
+    out = fwd(xs, ws)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(fwd_ref), rtol=1e-6, atol=1e-6, err_msg=name)
+    assert _padded(out.sharding.spec) == _padded(x_spec), (name, out.sharding)
+    _assert_no_activation_gather(_hlo(fwd, xs, ws), f"fwd {name}")
+
+    step = jax.jit(jax.value_and_grad(_loss(case), argnums=(0, 1)))
+    value, (dx, dw) = step(xs, ws)
+    np.testing.assert_allclose(value, grad_ref[0], rtol=1e-5, err_msg=name)
+    np.testing.assert_allclose(np.asarray(dx), np.asarray(grad_ref[1][0]), rtol=1e-5, atol=1e-5, err_msg=name)
+    np.testing.assert_allclose(np.asarray(dw), np.asarray(grad_ref[1][1]), rtol=1e-5, atol=1e-5, err_msg=name)
+    _assert_no_activation_gather(_hlo(step, xs, ws), f"value_and_grad {name}")
+
+
+def test_spatial_sharding_is_correct():
+  """H sharding cannot be kept (windows cross the split): XLA may gather, the result is right."""
+  case = CASES[0]
+  mesh = Mesh(np.array(CPUS[:8]).reshape(4, 2), ("a", "b"))
+  rng = np.random.default_rng(fresh_seed())
+  x = jnp.asarray(rng.uniform(-1, 1, (8, 16, 8, 16)), jnp.float32)
+  w = jnp.asarray(rng.uniform(-1, 1, case.kernel_shape), jnp.float32)
+  ref = jax.jit(jax.value_and_grad(_loss(case), argnums=(0, 1)))(x, w)
+  xs = jax.device_put(x, NamedSharding(mesh, P(None, "a", "b", None)))
+  got = jax.jit(jax.value_and_grad(_loss(case), argnums=(0, 1)))(xs, w)
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(ref)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+
+
+def test_shard_map_runs_the_kernel_per_shard():
+  case = CASES[0]
+  mesh = Mesh(np.array(CPUS[:8]), ("a",))
+  rng = np.random.default_rng(fresh_seed())
+  x = jnp.asarray(rng.uniform(-1, 1, case.x_shape), jnp.float32)
+  w = jnp.asarray(rng.uniform(-1, 1, case.kernel_shape), jnp.float32)
+  shard_map = getattr(jax, "shard_map", None)
+  if shard_map is None:
+    from jax.experimental.shard_map import shard_map
+  per_shard = shard_map(lambda x, w: depthwise_conv2d(x, w, **case.conv_kwargs()), mesh=mesh,
+                        in_specs=(P("a"), P()), out_specs=P("a"))
+  out = jax.jit(per_shard)(x, w)
+  ref = depthwise_conv2d(x, w, **case.conv_kwargs())
+  np.testing.assert_allclose(np.asarray(out), np.asarray(ref), rtol=1e-6, atol=1e-6)
