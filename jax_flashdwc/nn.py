@@ -1,0 +1,137 @@
+"""Flax layers: `DepthwiseConv2D` for linen and for nnx.
+
+Both mirror `Conv(features=C, feature_group_count=C)` of their API: the same
+attribute names, the same parameters ("kernel": (KH, KW, 1, C), "bias": (C,)),
+the same default initializers, and the same dtype promotion, so that a
+checkpoint of one loads into the other. They compute with
+`jax_flashdwc.depthwise_conv2d`. Needs flax (`pip install ".[nn]"`).
+
+Differences from flax's Conv, all deliberate: 2-D only, so an int kernel_size
+means (k, k) (flax reads an int as a 1-D kernel); no input_dilation, mask or
+custom conv function; `precision` is honoured by implementation="xla" only (the
+library's kernels always compute in float32).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+from flax import linen, nnx
+
+from .conv import depthwise_conv2d
+
+PaddingLike = Any
+Implementation = Literal["flashdwc", "xla"] | None
+
+default_kernel_init = linen.initializers.lecun_normal()
+default_bias_init = linen.initializers.zeros_init()
+
+
+def _kernel_hw(kernel_size) -> tuple[int, int]:
+  if isinstance(kernel_size, int):
+    return (kernel_size, kernel_size)
+  kernel_size = tuple(kernel_size)
+  if len(kernel_size) != 2:
+    raise ValueError(f"kernel_size must be an int or (KH, KW); got {kernel_size!r}")
+  return kernel_size
+
+
+def _apply(inputs, kernel, bias, *, features, strides, padding, kernel_dilation, dtype, precision,
+           implementation, promote_dtype):
+  """Shared forward of both layers: promotion, batch flattening, conv, bias."""
+  if inputs.ndim < 3:
+    raise ValueError(f"inputs must be (..., H, W, C); got shape {inputs.shape}")
+  if inputs.shape[-1] != features:
+    raise ValueError(f"inputs have {inputs.shape[-1]} channels but the layer has features={features}; "
+                     "a depthwise layer keeps the channel count")
+  inputs, kernel, bias = promote_dtype(inputs, kernel, bias, dtype=dtype)
+  batch_shape = inputs.shape[:-3]
+  x = inputs.reshape((-1, *inputs.shape[-3:]))
+  if implementation == "xla" and precision is not None:
+    from .reference import depthwise_conv2d_xla
+    from ._geometry import make_geometry
+
+    geometry = make_geometry(x, kernel, strides, padding, kernel_dilation)
+    y = depthwise_conv2d_xla(x, kernel, geometry, precision=precision)
+  else:
+    y = depthwise_conv2d(x, kernel, strides=strides, padding=padding, kernel_dilation=kernel_dilation,
+                         implementation=implementation)
+  if bias is not None:
+    y = y + bias
+  return y.reshape((*batch_shape, *y.shape[1:]))
+
+
+class DepthwiseConv2D(linen.Module):
+  """Depthwise 2-D convolution, a drop-in for `linen.Conv(C, k, feature_group_count=C)`.
+
+  Attributes:
+    features: number of channels C (input and output).
+    kernel_size: int or (KH, KW).
+    strides: int or (stride_h, stride_w).
+    padding: "SAME", "VALID", "SAME_LOWER", an int, or ((top, bottom), (left, right)).
+    kernel_dilation: int or (dilation_h, dilation_w).
+    use_bias: whether to add a per-channel bias.
+    dtype: computation dtype (None: inferred from inputs and params).
+    param_dtype: dtype of the parameters.
+    precision: passed to XLA when implementation="xla".
+    kernel_init, bias_init: initializers of "kernel" (KH, KW, 1, C) and "bias" (C,).
+    implementation: None/"flashdwc" for this library's kernels, "xla" for XLA's conv.
+  """
+
+  features: int
+  kernel_size: int | Sequence[int]
+  strides: int | Sequence[int] = 1
+  padding: PaddingLike = "SAME"
+  kernel_dilation: int | Sequence[int] = 1
+  use_bias: bool = True
+  dtype: Any = None
+  param_dtype: Any = jnp.float32
+  precision: Any = None
+  kernel_init: Any = default_kernel_init
+  bias_init: Any = default_bias_init
+  implementation: Implementation = None
+
+  @linen.compact
+  def __call__(self, inputs: jax.Array) -> jax.Array:
+    """inputs: (..., H, W, C) -> (..., Ho, Wo, C)."""
+    kernel = self.param("kernel", self.kernel_init, (*_kernel_hw(self.kernel_size), 1, self.features),
+                        self.param_dtype)
+    bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype) if self.use_bias else None
+    return _apply(inputs, kernel, bias, features=self.features, strides=self.strides, padding=self.padding,
+                  kernel_dilation=self.kernel_dilation, dtype=self.dtype, precision=self.precision,
+                  implementation=self.implementation, promote_dtype=linen.dtypes.promote_dtype)
+
+
+class NnxDepthwiseConv2D(nnx.Module):
+  """Depthwise 2-D convolution for nnx, a drop-in for
+  `nnx.Conv(C, C, k, feature_group_count=C, rngs=rngs)`; attributes as in the linen layer."""
+
+  def __init__(self, features: int, kernel_size: int | Sequence[int], strides: int | Sequence[int] = 1, *,
+               padding: PaddingLike = "SAME", kernel_dilation: int | Sequence[int] = 1, use_bias: bool = True,
+               dtype: Any = None, param_dtype: Any = jnp.float32, precision: Any = None,
+               kernel_init: Any = default_kernel_init, bias_init: Any = default_bias_init,
+               implementation: Implementation = None, rngs: nnx.Rngs):
+    kernel_hw = _kernel_hw(kernel_size)
+    self.kernel = nnx.Param(kernel_init(rngs.params(), (*kernel_hw, 1, features), param_dtype))
+    self.bias = nnx.Param(bias_init(rngs.params(), (features,), param_dtype)) if use_bias else nnx.data(None)
+    self.features = features
+    self.kernel_size = kernel_hw
+    self.strides = strides
+    self.padding = padding
+    self.kernel_dilation = kernel_dilation
+    self.use_bias = use_bias
+    self.dtype = dtype
+    self.param_dtype = param_dtype
+    self.precision = precision
+    self.implementation = implementation
+
+  def __call__(self, inputs: jax.Array) -> jax.Array:
+    """inputs: (..., H, W, C) -> (..., Ho, Wo, C)."""
+    bias = self.bias[...] if self.use_bias else None
+    return _apply(inputs, self.kernel[...], bias, features=self.features, strides=self.strides,
+                  padding=self.padding, kernel_dilation=self.kernel_dilation, dtype=self.dtype,
+                  precision=self.precision, implementation=self.implementation,
+                  promote_dtype=lambda *arrays, dtype: nnx.nn.dtypes.promote_dtype(arrays, dtype=dtype))
