@@ -2,6 +2,7 @@
 
 import importlib.util
 import os
+import sys
 
 import pytest
 
@@ -14,6 +15,7 @@ EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
 def _load(name):
   spec = importlib.util.spec_from_file_location(name, os.path.join(EXAMPLES, f"{name}.py"))
   module = importlib.util.module_from_spec(spec)
+  sys.modules[name] = module  # flax modules are dataclasses, which look themselves up here
   spec.loader.exec_module(module)
   return module
 
