@@ -56,3 +56,40 @@ def test_errors_raise_at_trace_time_under_jit():
 def test_numpy_inputs_are_accepted():
   out = depthwise_conv2d(np.ones((1, 4, 4, 2), np.float32), np.ones((3, 3, 1, 2), np.float32))
   assert out.shape == (1, 4, 4, 2)
+
+
+# Malformed calls straight to the FFI targets (bypassing the Python checks) must come
+# back as errors from the handler, never crash the process.
+def _raw_call(target, a, b, out_shape, geometry):
+  import jax
+
+  return jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(out_shape, a.dtype))(a, b, geometry=geometry)
+
+
+GOOD_GEOMETRY = {k: np.int64(v) for k, v in dict(stride_h=1, stride_w=1, pad_top=1, pad_left=1, dilation_h=1,
+                                                   dilation_w=1).items()}
+
+
+@pytest.mark.parametrize("target, a_shape, b_shape, out_shape, geometry, match", [
+    ("flashdwc_fwd", (2, 8, 8, 4), (3, 3, 1, 5), (2, 8, 8, 4), GOOD_GEOMETRY, "inconsistent shapes"),
+    ("flashdwc_fwd", (2, 8, 8, 4), (3, 3, 2, 4), (2, 8, 8, 4), GOOD_GEOMETRY, "inconsistent shapes"),
+    ("flashdwc_fwd", (2, 8, 8, 4), (3, 3, 1, 4), (3, 8, 8, 4), GOOD_GEOMETRY, "inconsistent shapes"),
+    ("flashdwc_bwd_data", (2, 8, 8, 4), (3, 3, 1, 4), (8, 8, 4), GOOD_GEOMETRY, "rank-4"),
+    ("flashdwc_bwd_filter", (2, 8, 8, 4), (2, 8, 8, 4), (3, 3, 1, 4), {**GOOD_GEOMETRY, "stride_h": np.int64(0)},
+     "strides and dilations must be >= 1"),
+    ("flashdwc_fwd", (2, 8, 8, 4), (3, 3, 1, 4), (2, 8, 8, 4), {"stride_h": np.int64(1)}, "attribute"),
+])
+def test_malformed_ffi_call_returns_an_error(target, a_shape, b_shape, out_shape, geometry, match):
+  import jax
+
+  a, b = jnp.ones(a_shape, jnp.float32), jnp.ones(b_shape, jnp.float32)
+  with pytest.raises(Exception, match=match):
+    jax.block_until_ready(jax.jit(lambda a, b: _raw_call(target, a, b, out_shape, geometry))(a, b))
+
+
+def test_ffi_call_with_integer_buffers_returns_an_error():
+  import jax
+
+  a, b = jnp.ones((1, 4, 4, 2), jnp.int32), jnp.ones((3, 3, 1, 2), jnp.int32)
+  with pytest.raises(Exception, match="unsupported element type"):
+    jax.block_until_ready(jax.jit(lambda a, b: _raw_call("flashdwc_fwd", a, b, (1, 4, 4, 2), GOOD_GEOMETRY))(a, b))
