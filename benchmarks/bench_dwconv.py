@@ -26,12 +26,18 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-from shapes import model_layers, paper_points  # noqa: E402
+from shapes import TEST_CASES, model_layers, paper_points  # noqa: E402
 
 from jax_flashdwc import depthwise_conv2d  # noqa: E402
 
-MODES = ("fwd",)  # bwd_data, bwd_filter and fwd+bwd come with the backward kernels
-SHAPE_SETS = {"paper": paper_points, "models": model_layers}
+# fwd: y = conv(x, w). bwd_data: dx from (dy, w). bwd_filter: dw from (x, dy).
+# fwd+bwd: one jitted value_and_grad of a layer (forward and both gradients).
+MODES = ("fwd", "bwd_data", "bwd_filter", "fwd+bwd")
+PASSES_PER_MODE = {"fwd": 1, "bwd_data": 1, "bwd_filter": 1, "fwd+bwd": 3}
+SHAPE_SETS = {"paper": paper_points, "models": model_layers,
+              # A few test shapes, for checking the harness itself on a CPU.
+              "smoke": lambda: [c for c in TEST_CASES if c.name in ("convnext_k7_pad3", "mobilenet_s2_k3",
+                                                                     "tiles_k9_c72")]}
 # Ceilings measured on the H200 (../shared/perf/README.md, 2026-11-29): elementwise
 # read+write bandwidth and fp32 matmul at precision=HIGHEST.
 H200_BANDWIDTH_GBS = 4177.0
@@ -40,18 +46,30 @@ L2_BYTES = 60 * 2**20
 MIN_SAMPLE_SECONDS = 2e-3
 
 
-def _pair(v):
-  return (v, v) if isinstance(v, int) else tuple(v)
+def make_fn(mode, implementation, kwargs):
+  """The jitted function that a mode times, taking (x, w, dy)."""
+  conv = partial(depthwise_conv2d, implementation=implementation, **kwargs)
+  if mode == "fwd":
+    fn = lambda x, w, dy: conv(x, w)
+  elif mode == "bwd_data":
+    fn = lambda x, w, dy: jax.vjp(lambda x: conv(x, w), x)[1](dy)[0]
+  elif mode == "bwd_filter":
+    fn = lambda x, w, dy: jax.vjp(lambda w: conv(x, w), w)[1](dy)[0]
+  else:
+    fn = lambda x, w, dy: jax.value_and_grad(lambda x, w: jnp.vdot(conv(x, w), dy).real, argnums=(0, 1))(x, w)
+  return jax.jit(fn)
 
 
-def conv_flops_and_bytes(case, dtype):
-  """2*N*Ho*Wo*C*KH*KW FLOPs; bytes of x read once and y written once."""
-  sh, sw = _pair(case.strides)
-  ho, wo = -(-case.h // sh), -(-case.w // sw)  # SAME padding
-  flops = 2 * case.n * ho * wo * case.c * case.kh * case.kw
+def conv_flops_and_bytes(case, dtype, mode, y_shape):
+  """2*N*Ho*Wo*C*KH*KW FLOPs per pass; bytes of the pass's inputs read once and
+  its output written once (the filter counted only where it is the output)."""
+  ho, wo = y_shape[1], y_shape[2]
+  flops = 2 * case.n * ho * wo * case.c * case.kh * case.kw * PASSES_PER_MODE[mode]
   itemsize = jnp.dtype(dtype).itemsize
-  nbytes = (case.n * case.h * case.w * case.c + case.n * ho * wo * case.c) * itemsize
-  return flops, nbytes
+  x_elems, y_elems = case.n * case.h * case.w * case.c, case.n * ho * wo * case.c
+  elems = {"fwd": x_elems + y_elems, "bwd_data": y_elems + x_elems, "bwd_filter": x_elems + y_elems,
+           "fwd+bwd": 2 * x_elems + 2 * y_elems + x_elems}[mode]
+  return flops, elems * itemsize
 
 
 def time_fn(fn, arg_sets, samples):
@@ -76,22 +94,27 @@ def time_fn(fn, arg_sets, samples):
   return statistics.median(times), reps
 
 
-def make_inputs(case, dtype, key):
+def make_inputs(case, dtype, key, y_shape):
   x_bytes = case.n * case.h * case.w * case.c * jnp.dtype(dtype).itemsize
   copies = int(min(8, max(1, -(-4 * L2_BYTES // x_bytes))))
   sets = []
   for i in range(copies):
-    kx, kw = jax.random.split(jax.random.fold_in(key, i))
+    kx, kw, ky = jax.random.split(jax.random.fold_in(key, i), 3)
     x = jax.random.uniform(kx, (case.n, case.h, case.w, case.c), dtype, -1.0, 1.0)
     w = jax.random.uniform(kw, (case.kh, case.kw, 1, case.c), dtype, -1.0, 1.0)
-    sets.append((x, w))
+    dy = jax.random.uniform(ky, y_shape, dtype, -1.0, 1.0)
+    sets.append((x, w, dy))
   return sets
 
 
 def relative_error(a, b):
-  a = np.asarray(a.astype(jnp.float32), np.float64)
-  b = np.asarray(b.astype(jnp.float32), np.float64)
-  return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
+  """Largest |a - b| over largest |b|, over every output leaf."""
+  worst = 0.0
+  for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    u = np.asarray(jnp.asarray(u).astype(jnp.float32), np.float64)
+    v = np.asarray(jnp.asarray(v).astype(jnp.float32), np.float64)
+    worst = max(worst, float(np.abs(u - v).max() / max(np.abs(v).max(), 1e-30)))
+  return worst
 
 
 def provenance():
@@ -132,7 +155,7 @@ def main(argv=None):
   prov = provenance()
   os.makedirs(args.out, exist_ok=True)
   stamp = prov["date"].replace(":", "").replace("-", "")
-  path = os.path.join(args.out, f"dwconv_{'_'.join(args.mode)}_{stamp}{args.tag}.csv")
+  path = os.path.join(args.out, f"dwconv_{'_'.join(m.replace('+', '') for m in args.mode)}_{stamp}{args.tag}.csv")
   fields = ["mode", "dtype", "case", "n", "h", "w", "c", "kh", "kw", "strides", "flashdwc_ms", "xla_ms",
             "flashdwc_tflops", "xla_tflops", "flashdwc_gbs", "speedup", "rel_err", "gate", "reps",
             "gpu", "driver", "jax_version", "commit", "date"]
@@ -146,17 +169,19 @@ def main(argv=None):
         dtype = jnp.dtype(dtype_name)
         # Relative max error allowed between the two implementations before the
         # comparison is refused: fp32 sums differ in order; half types round once.
-        gate_tol = 1e-4 if dtype == jnp.float32 else 2e-2
+        gate_tol = (1e-4 if mode == "fwd" else 1e-3) if dtype == jnp.float32 else 2e-2
         for case in cases:
           kwargs = dict(strides=case.strides, padding=case.padding, kernel_dilation=case.dilation)
-          ours = jax.jit(partial(depthwise_conv2d, **kwargs))
-          xla = jax.jit(partial(depthwise_conv2d, implementation="xla", **kwargs))
-          arg_sets = make_inputs(case, dtype, jax.random.fold_in(key, len(rows)))
+          ours, xla = make_fn(mode, None, kwargs), make_fn(mode, "xla", kwargs)
+          y_shape = jax.eval_shape(partial(depthwise_conv2d, **kwargs),
+                                   jax.ShapeDtypeStruct(case.x_shape, dtype),
+                                   jax.ShapeDtypeStruct(case.kernel_shape, dtype)).shape
+          arg_sets = make_inputs(case, dtype, jax.random.fold_in(key, len(rows)), y_shape)
           err = relative_error(ours(*arg_sets[0]), xla(*arg_sets[0]))
           gate = "ok" if err <= gate_tol else "FAILED"
           t_ours, reps = time_fn(ours, arg_sets, args.samples)
           t_xla = float("nan") if args.skip_xla else time_fn(xla, arg_sets, args.samples)[0]
-          flops, nbytes = conv_flops_and_bytes(case, dtype)
+          flops, nbytes = conv_flops_and_bytes(case, dtype, mode, y_shape)
           row = {
               "mode": mode, "dtype": dtype_name, "case": case.name, "n": case.n, "h": case.h, "w": case.w,
               "c": case.c, "kh": case.kh, "kw": case.kw, "strides": str(case.strides),
@@ -169,7 +194,7 @@ def main(argv=None):
           writer.writerow(row)
           f.flush()
           rows.append(row)
-          print(f"{mode:5s} {dtype_name:8s} {case.name:32s} ours {t_ours*1e3:9.3f} ms "
+          print(f"{mode:10s} {dtype_name:8s} {case.name:32s} ours {t_ours*1e3:9.3f} ms "
                 f"{flops / t_ours / 1e12:7.2f} TF/s {nbytes / t_ours / 1e9:7.0f} GB/s | xla {t_xla*1e3:9.3f} ms "
                 f"| x{t_xla / t_ours:6.2f} err {err:.1e} {gate}", flush=True)
 
@@ -184,13 +209,13 @@ def print_summary(rows):
   for r in rows:
     group = "paper" if r["case"].startswith("paper_") else "models"
     by_group.setdefault((r["mode"], r["dtype"], group), []).append(r)
-  print(f"{'mode':5s} {'dtype':8s} {'set':7s} {'points':>6s} {'geomean x':>9s} {'min x':>7s} {'max TF/s':>8s}")
+  print(f"{'mode':10s} {'dtype':8s} {'set':7s} {'points':>6s} {'geomean x':>9s} {'min x':>7s} {'max TF/s':>8s}")
   for (mode, dtype, group), rs in by_group.items():
     speedups = [float(r["speedup"]) for r in rs if r["speedup"]]
     if not speedups:
       continue
     geo = float(np.exp(np.mean(np.log(speedups))))
-    print(f"{mode:5s} {dtype:8s} {group:7s} {len(rs):6d} {geo:9.2f} {min(speedups):7.2f} "
+    print(f"{mode:10s} {dtype:8s} {group:7s} {len(rs):6d} {geo:9.2f} {min(speedups):7.2f} "
           f"{max(float(r['flashdwc_tflops']) for r in rs):8.2f}")
 
 
