@@ -13,6 +13,8 @@ calls carry partitioning rules), and the filter gradients are all-reduced by XLA
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
 import jax
@@ -23,6 +25,9 @@ from flax import linen as nn
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from jax_flashdwc.nn import DepthwiseConv2D
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from train import make_train_step  # noqa: E402
 
 
 class LargeKernelBlock(nn.Module):
@@ -84,20 +89,9 @@ def main(argv=None):
   images, labels = make_data(rng, args.batch * 8, args.size, model.classes)
   params = model.init(jax.random.key(0), jnp.asarray(images[:1]))
   optimizer = optax.adamw(3e-3)
-  state = jax.device_put((params, optimizer.init(params)), replicated)
+  params, opt_state = jax.device_put((params, optimizer.init(params)), replicated)
 
-  @jax.jit
-  def train_step(state, x, y):
-    params, opt_state = state
-
-    def loss_fn(p):
-      logits = model.apply(p, x)
-      return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), logits
-
-    (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-    updates, opt_state = optimizer.update(grads, opt_state, params)
-    accuracy = jnp.mean(jnp.argmax(logits, -1) == y)
-    return (optax.apply_updates(params, updates), opt_state), loss, accuracy
+  train_step = make_train_step(model, optimizer)
 
   print(f"{len(devices)} device(s): {devices[0].platform}; global batch {args.batch}")
   start = time.perf_counter()
@@ -105,7 +99,7 @@ def main(argv=None):
     lo = (step * args.batch) % len(images)
     x = jax.device_put(images[lo:lo + args.batch], batch_sharding)
     y = jax.device_put(labels[lo:lo + args.batch], batch_sharding)
-    state, loss, accuracy = train_step(state, x, y)
+    params, opt_state, loss, accuracy = train_step(params, opt_state, x, y)
     if step % 10 == 0 or step == args.steps - 1:
       print(f"step {step:4d}  loss {float(loss):.4f}  accuracy {float(accuracy):.2f}")
   print(f"{args.steps} steps in {time.perf_counter() - start:.1f} s")

@@ -32,36 +32,22 @@ def _same(kernel_size):
 
 
 class ConvNeXtBlock(nn.Module):
+  """ConvNeXt block: depthwise conv, LayerNorm, 4x MLP, layer scale, residual.
+
+  `kernels` lists the depthwise branches, summed: [(7, 7)] for ConvNeXt; SLaK's
+  sparse-large-kernel block without the sparsity is [(k, 5), (5, k), (5, 5)].
+  """
+
   dim: int
-  kernel_size: Sequence[int] = (7, 7)
+  kernels: Sequence[Sequence[int]] = ((7, 7),)
   dwconv: ModuleDef = DepthwiseConv2D
   dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x):
-    pad = tuple((p, p) for p in _same(self.kernel_size))
-    h = self.dwconv(self.dim, self.kernel_size, padding=pad, dtype=self.dtype, name="dwconv")(x)
-    h = nn.LayerNorm(dtype=self.dtype, name="norm")(h)
-    h = nn.Dense(4 * self.dim, dtype=self.dtype, name="pwconv1")(h)
-    h = nn.gelu(h)
-    h = nn.Dense(self.dim, dtype=self.dtype, name="pwconv2")(h)
-    gamma = self.param("gamma", nn.initializers.constant(1e-6), (self.dim,))
-    return x + gamma * h
-
-
-class SLaKBlock(nn.Module):
-  """SLaK's sparse-large-kernel idea without the sparsity: k x 5 + 5 x k + 5 x 5 depthwise, summed."""
-
-  dim: int
-  kernel: int
-  dwconv: ModuleDef = DepthwiseConv2D
-  dtype: Any = jnp.float32
-
-  @nn.compact
-  def __call__(self, x):
-    branches = [(self.kernel, 5), (5, self.kernel), (5, 5)]
-    h = sum(self.dwconv(self.dim, k, padding=tuple((p, p) for p in _same(k)), dtype=self.dtype,
-                        name=f"dw_{k[0]}x{k[1]}")(x) for k in branches)
+    h = sum(self.dwconv(self.dim, tuple(k), padding=tuple((p, p) for p in _same(k)), dtype=self.dtype,
+                        name="dwconv" if len(self.kernels) == 1 else f"dw_{k[0]}x{k[1]}")(x)
+            for k in self.kernels)
     h = nn.LayerNorm(dtype=self.dtype, name="norm")(h)
     h = nn.Dense(4 * self.dim, dtype=self.dtype, name="pwconv1")(h)
     h = nn.Dense(self.dim, dtype=self.dtype, name="pwconv2")(nn.gelu(h))
@@ -96,13 +82,13 @@ class StagedNet(nn.Module):
 
 def ConvNeXt(dims=(96, 192, 384, 768), depths=(3, 3, 9, 3), kernel_size=7, dwconv=DepthwiseConv2D,
              num_classes=1000, dtype=jnp.float32):
-  block = lambda dim, stage: ConvNeXtBlock(dim, (kernel_size, kernel_size), dwconv, dtype)
+  block = lambda dim, stage: ConvNeXtBlock(dim, ((kernel_size, kernel_size),), dwconv, dtype)
   return StagedNet(dims, depths, block, num_classes, dtype)
 
 
 def SLaK(dims=(96, 192, 384, 768), depths=(3, 3, 9, 3), kernels=(51, 49, 47, 13), dwconv=DepthwiseConv2D,
          num_classes=1000, dtype=jnp.float32):
-  block = lambda dim, stage: SLaKBlock(dim, kernels[stage], dwconv, dtype)
+  block = lambda dim, stage: ConvNeXtBlock(dim, ((kernels[stage], 5), (5, kernels[stage]), (5, 5)), dwconv, dtype)
   return StagedNet(dims, depths, block, num_classes, dtype)
 
 
