@@ -60,6 +60,10 @@ TEST_CASES = [
     ConvCase("tiles_k9_c72", 2, 20, 37, 72, 9, 9),
     ConvCase("tiles_k9_c70_s2", 2, 21, 38, 70, 9, 9, strides=2),
     ConvCase("tiles_k17x3_c36_s2x1", 1, 30, 45, 36, 17, 3, strides=(2, 1), dilation=(2, 1)),
+    # Filter rows wider than one 16 KiB shared-memory stage: one row per stage and
+    # more than 48 KiB of dynamic shared memory (fp32), so the launch raises the limit.
+    ConvCase("wide_k3x200", 1, 4, 203, 8, 3, 200),
+    ConvCase("wide_k63_c40", 1, 66, 64, 40, 63, 63),
 ]
 
 # Small enough for numerical differentiation.
