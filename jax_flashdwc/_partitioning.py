@@ -16,8 +16,6 @@ lowers straight to the custom call.
 
 from __future__ import annotations
 
-from functools import partial
-
 import jax
 import jax.numpy as jnp
 from jax.experimental.custom_partitioning import custom_partitioning
@@ -61,7 +59,7 @@ def _image_filter_plan(mesh, arg_shapes):
   batch, channels = _batch_and_channel_axes(image_spec, w_spec, 3)
   image = NamedSharding(mesh, P(_entry(batch), None, None, _entry(channels)))
   w = NamedSharding(mesh, P(None, None, None, _entry(channels)))
-  return (image, w), image
+  return (image, w), image, ()
 
 
 def _bwd_filter_plan(mesh, arg_shapes):
@@ -73,44 +71,31 @@ def _bwd_filter_plan(mesh, arg_shapes):
   return (image, image), dw, batch
 
 
-def _define(fn, plan_kind):
-  """Attaches partition rules to a custom_partitioning function of (a, b, *static)."""
+def _partitioned(body, rule, static_argnums, reduction=()):
+  """`body(a, b, *static)` as a custom_partitioning function with the Shardy `rule`.
+
+  A pass with a reduction factor (N in the filter gradient) all-reduces its
+  per-device partials, in float32.
+  """
+  fn = custom_partitioning(body, static_argnums=static_argnums)
+  plan = _bwd_filter_plan if reduction else _image_filter_plan
 
   def infer(*args):
     *_static, mesh, arg_shapes, _result_shape = args
-    if plan_kind == "bwd_filter":
-      return _bwd_filter_plan(mesh, arg_shapes)[1]
-    return _image_filter_plan(mesh, arg_shapes)[1]
+    return plan(mesh, arg_shapes)[1]
 
   def partition(*args):
     *static, mesh, arg_shapes, _result_shape = args
-    if plan_kind == "bwd_filter":
-      operands, result, reduce_axes = _bwd_filter_plan(mesh, arg_shapes)
+    operands, result, reduce_axes = plan(mesh, arg_shapes)
 
-      def lower(x, dy):
-        dw = calls.bwd_filter_call_p.bind(x, dy, geometry=static[0], kernel_hw=static[1])
-        if not reduce_axes:
-          return dw
-        # Each device holds the partial sum of its images; add them in float32.
-        return jax.lax.psum(dw.astype(jnp.float32), reduce_axes).astype(dw.dtype)
-    else:
-      operands, result = _image_filter_plan(mesh, arg_shapes)
-      prim = calls.fwd_call_p if plan_kind == "fwd" else calls.bwd_data_call_p
-      extra = {} if plan_kind == "fwd" else {"input_hw": static[1]}
-
-      def lower(a, b):
-        return prim.bind(a, b, geometry=static[0], **extra)
+    def lower(a, b):
+      out = body(a, b, *static)
+      if not reduce_axes:
+        return out
+      return jax.lax.psum(out.astype(jnp.float32), reduce_axes).astype(out.dtype)
 
     return mesh, lower, result, operands
 
-  if plan_kind == "bwd_filter":
-    rule = "n h w c, n ho wo c -> kh kw one c"
-    reduction = ("n",)
-  else:
-    out = "n ho wo c" if plan_kind == "fwd" else "n h w c"
-    first = "n h w c" if plan_kind == "fwd" else "n ho wo c"
-    rule = f"{first}, kh kw one c -> {out}"
-    reduction = ()
   # Shardy wants the special factors in the order they first appear in the rule.
   factors = dict.fromkeys(rule.replace(",", " ").replace("->", " ").split())
   need_replication = tuple(f for f in factors if f in _SPATIAL)
@@ -120,21 +105,18 @@ def _define(fn, plan_kind):
   return fn
 
 
-@partial(custom_partitioning, static_argnums=(2,))
 def _fwd(x, w, geometry):
   return calls.fwd_call_p.bind(x, w, geometry=geometry)
 
 
-@partial(custom_partitioning, static_argnums=(2, 3))
 def _bwd_data(dy, w, geometry, input_hw):
   return calls.bwd_data_call_p.bind(dy, w, geometry=geometry, input_hw=input_hw)
 
 
-@partial(custom_partitioning, static_argnums=(2, 3))
 def _bwd_filter(x, dy, geometry, kernel_hw):
   return calls.bwd_filter_call_p.bind(x, dy, geometry=geometry, kernel_hw=kernel_hw)
 
 
-fwd = _define(_fwd, "fwd")
-bwd_data = _define(_bwd_data, "bwd_data")
-bwd_filter = _define(_bwd_filter, "bwd_filter")
+fwd = _partitioned(_fwd, "n h w c, kh kw one c -> n ho wo c", (2,))
+bwd_data = _partitioned(_bwd_data, "n ho wo c, kh kw one c -> n h w c", (2, 3))
+bwd_filter = _partitioned(_bwd_filter, "n h w c, n ho wo c -> kh kw one c", (2, 3), reduction=("n",))
