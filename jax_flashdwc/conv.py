@@ -40,6 +40,7 @@ def depthwise_conv2d(
     strides: int | tuple[int, int] = 1,
     padding: str | int | Any = "SAME",
     kernel_dilation: int | tuple[int, int] = 1,
+    precision: Any = None,
     implementation: Literal["flashdwc", "xla"] | None = None,
 ) -> jax.Array:
   """Depthwise 2-D convolution: each channel convolved with its own filter.
@@ -54,6 +55,8 @@ def depthwise_conv2d(
       int (all sides), a pair of ints (one per dimension, both sides), or
       ((top, bottom), (left, right)); explicit padding is >= 0 and may be asymmetric.
     kernel_dilation: int or (dilation_h, dilation_w), each >= 1.
+    precision: passed to XLA when implementation="xla"; this library's kernels
+      always multiply and accumulate in float32.
     implementation: None or "flashdwc" runs this library's kernels for the
       platform (CPU or CUDA); "xla" runs lax.conv_general_dilated with XLA's
       defaults instead.
@@ -69,5 +72,5 @@ def depthwise_conv2d(
                      f"got {implementation!r}")
   geometry = make_geometry(x, kernel, strides, padding, kernel_dilation)
   if implementation == "xla":
-    return depthwise_conv2d_xla(x, kernel, geometry)
+    return depthwise_conv2d_xla(x, kernel, geometry, precision=precision)
   return _dwconv(x, kernel, geometry)

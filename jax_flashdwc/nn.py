@@ -50,15 +50,8 @@ def _apply(inputs, kernel, bias, *, features, strides, padding, kernel_dilation,
   inputs, kernel, bias = promote_dtype(inputs, kernel, bias, dtype=dtype)
   batch_shape = inputs.shape[:-3]
   x = inputs.reshape((-1, *inputs.shape[-3:]))
-  if implementation == "xla" and precision is not None:
-    from .reference import depthwise_conv2d_xla
-    from ._geometry import make_geometry
-
-    geometry = make_geometry(x, kernel, strides, padding, kernel_dilation)
-    y = depthwise_conv2d_xla(x, kernel, geometry, precision=precision)
-  else:
-    y = depthwise_conv2d(x, kernel, strides=strides, padding=padding, kernel_dilation=kernel_dilation,
-                         implementation=implementation)
+  y = depthwise_conv2d(x, kernel, strides=strides, padding=padding, kernel_dilation=kernel_dilation,
+                       precision=precision, implementation=implementation)
   if bias is not None:
     y = y + bias
   return y.reshape((*batch_shape, *y.shape[1:]))

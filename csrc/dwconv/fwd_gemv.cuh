@@ -2,8 +2,8 @@
 // kTM consecutive outputs along the width for 4 channels, as FH rows of 1-D
 // convolutions. Along each row the inputs are reused width-first from a register
 // window (one new 4-channel load per filter tap feeds kTM * 4 FMAs) and the filter
-// row is shared by the block from shared memory, loaded with cp.async one row
-// ahead (double buffer).
+// rows are shared by the block from shared memory, loaded with cp.async one stage
+// of rows ahead (double buffer).
 //
 // Block: 4 warps; a warp is 8 (channel groups of 4) x 4 (width segments), so a
 // block covers 32 channels x 16 segments of kTM outputs. Loads of 4 channels per
@@ -149,7 +149,7 @@ dwconv_fwd_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __re
                        DwConvParams p, GemvFwdGrid grid) {
   using Tr = GemvFwdTraits;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* w_smem = reinterpret_cast<T*>(smem_raw);  // (2, KW, 32): double-buffered filter rows
+  T* w_smem = reinterpret_cast<T*>(smem_raw);  // (2, rows_per_stage, KW, 32): double-buffered stages
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int group = lane % Tr::kChannelGroups;

@@ -61,11 +61,4 @@ NB_MODULE(_jax_flashdwc, m) {
       },
       nb::arg("channels"), nb::arg("out_w"), nb::arg("kernel_w"), nb::arg("stride_w"), nb::arg("dilation_w"));
 #endif
-  m.def("built_with_cuda", []() {
-#ifdef FLASHDWC_WITH_CUDA
-    return true;
-#else
-    return false;
-#endif
-  });
 }
