@@ -33,8 +33,8 @@ def xla_conv(x, w, case, precision=lax.Precision.HIGHEST):
   float16/bfloat16 inputs it is XLA's own result in that dtype.
   """
   return lax.conv_general_dilated(
-      x, w, window_strides=_pair(case.strides), padding=_padding(case.padding),
-      rhs_dilation=_pair(case.dilation), dimension_numbers=("NHWC", "HWIO", "NHWC"),
+      x, w, window_strides=pair(case.strides), padding=_padding(case.padding),
+      rhs_dilation=pair(case.dilation), dimension_numbers=("NHWC", "HWIO", "NHWC"),
       feature_group_count=x.shape[-1], precision=precision)
 
 
@@ -43,7 +43,7 @@ def oracle(x, w, case, precision=lax.Precision.HIGHEST):
   return xla_conv(jax.device_put(x, CPU), jax.device_put(w, CPU), case, precision)
 
 
-def _pair(v):
+def pair(v):
   return (v, v) if isinstance(v, int) else tuple(v)
 
 

@@ -4,16 +4,13 @@ numerical tests exercise both the tiled GEMV kernel and the direct fallback."""
 import pytest
 
 from jax_flashdwc import _ffi
+from numerics import pair
 from shapes import TEST_CASES
 
 
-def _pair(v):
-  return (v, v) if isinstance(v, int) else tuple(v)
-
-
 def expected_forward_kernel(case):
-  _, sw = _pair(case.strides)
-  _, dw = _pair(case.dilation)
+  _, sw = pair(case.strides)
+  _, dw = pair(case.dilation)
   return "gemv" if sw in (1, 2) and dw == 1 and case.kw <= 512 else "direct"
 
 
@@ -22,8 +19,8 @@ def test_forward_dispatch_covers_both_kernels():
   native = _ffi._jax_flashdwc
   chosen = {}
   for case in TEST_CASES:
-    _, sw = _pair(case.strides)
-    _, dw = _pair(case.dilation)
+    _, sw = pair(case.strides)
+    _, dw = pair(case.dilation)
     kernel = native.cuda_forward_kernel(channels=case.c, out_w=case.w, kernel_w=case.kw, stride_w=sw,
                                         dilation_w=dw)
     assert kernel == expected_forward_kernel(case), case.name
