@@ -9,6 +9,7 @@ from __future__ import annotations
 from functools import partial
 
 import jax
+import jax.numpy as jnp
 from jax.core import ShapedArray
 from jax.extend.core import Primitive
 from jax.interpreters import mlir
@@ -34,7 +35,7 @@ def bwd_data_abstract(dy, w, *, geometry, input_hw):
   return ShapedArray((dy.shape[0], *input_hw, dy.shape[3]), dy.dtype)
 
 
-def bwd_filter_abstract(x, dy, *, geometry, kernel_hw):
+def bwd_filter_abstract(x, dy, *, geometry, kernel_hw, deterministic):
   """dw: (KH, KW, 1, C) from x and dy."""
   return ShapedArray((*kernel_hw, 1, x.shape[3]), x.dtype)
 
@@ -49,6 +50,22 @@ def _ffi_lowering(target: str):
   return rule
 
 
+def _bwd_filter_cuda_lowering(ctx, x, dy, *, geometry, kernel_hw, deterministic):
+  # The CUDA filter gradient sums chunk partials in an fp32 workspace. It is a
+  # second result of the custom call, so that XLA allocates it (valid inside
+  # command buffers too); only dw is returned.
+  x_aval, dy_aval = ctx.avals_in
+  workspace_bytes = _ffi.cuda_bwd_filter_workspace_bytes(
+      batch=x_aval.shape[0], out_h=dy_aval.shape[1], channels=x_aval.shape[3], kernel_h=kernel_hw[0],
+      kernel_w=kernel_hw[1], stride_w=geometry.strides[1], dilation_w=geometry.dilation[1],
+      deterministic=deterministic)
+  workspace = ShapedArray((max(workspace_bytes // 4, 1),), jnp.float32)
+  lower = jax.ffi.ffi_lowering("flashdwc_bwd_filter")
+  dw, _ = lower(ctx.replace(avals_out=[*ctx.avals_out, workspace]), x, dy,
+                geometry=geometry.ffi_attribute(), deterministic=bool(deterministic))
+  return [dw]
+
+
 def _missing_cuda_lowering(ctx, *operands, **params):
   raise NotImplementedError(
       "jax_flashdwc was built without its CUDA kernels (no CUDA compiler was found at "
@@ -56,16 +73,19 @@ def _missing_cuda_lowering(ctx, *operands, **params):
       "pass implementation='xla' to depthwise_conv2d.")
 
 
-def _make(target, abstract):
+def _make(target, abstract, cuda_lowering=None):
   prim = Primitive(target + "_call")
   prim.def_impl(partial(apply_primitive, prim))
   prim.def_abstract_eval(abstract)
   mlir.register_lowering(prim, _ffi_lowering(target), platform="cpu")
-  mlir.register_lowering(prim, _ffi_lowering(target) if _ffi.cuda_available() else _missing_cuda_lowering,
-                         platform="cuda")
+  if not _ffi.cuda_available():
+    cuda_lowering = _missing_cuda_lowering
+  mlir.register_lowering(prim, cuda_lowering or _ffi_lowering(target), platform="cuda")
   return prim
 
 
 fwd_call_p = _make("flashdwc_fwd", fwd_abstract)
 bwd_data_call_p = _make("flashdwc_bwd_data", bwd_data_abstract)
-bwd_filter_call_p = _make("flashdwc_bwd_filter", bwd_filter_abstract)
+# On the CPU, the filter gradient is always deterministic; `deterministic` only
+# reaches the CUDA handler.
+bwd_filter_call_p = _make("flashdwc_bwd_filter", bwd_filter_abstract, _bwd_filter_cuda_lowering)

@@ -30,3 +30,8 @@ def set_poison_outputs(on: bool) -> None:
   compiling the functions under test.
   """
   _jax_flashdwc.set_poison_outputs(bool(on))
+
+
+def cuda_bwd_filter_workspace_bytes(**shape) -> int:
+  """Bytes of fp32 workspace the CUDA filter gradient needs (see dwconv_cuda.h)."""
+  return int(_jax_flashdwc.cuda_bwd_filter_workspace_bytes(**shape))

@@ -113,10 +113,10 @@ def _bwd_data(dy, w, geometry, input_hw):
   return calls.bwd_data_call_p.bind(dy, w, geometry=geometry, input_hw=input_hw)
 
 
-def _bwd_filter(x, dy, geometry, kernel_hw):
-  return calls.bwd_filter_call_p.bind(x, dy, geometry=geometry, kernel_hw=kernel_hw)
+def _bwd_filter(x, dy, geometry, kernel_hw, deterministic):
+  return calls.bwd_filter_call_p.bind(x, dy, geometry=geometry, kernel_hw=kernel_hw, deterministic=deterministic)
 
 
 fwd = _partitioned(_fwd, "n h w c, kh kw one c -> n ho wo c", (2,))
 bwd_data = _partitioned(_bwd_data, "n ho wo c, kh kw one c -> n h w c", (2, 3))
-bwd_filter = _partitioned(_bwd_filter, "n h w c, n ho wo c -> kh kw one c", (2, 3), reduction=("n",))
+bwd_filter = _partitioned(_bwd_filter, "n h w c, n ho wo c -> kh kw one c", (2, 3, 4), reduction=("n",))

@@ -14,19 +14,19 @@ from .reference import depthwise_conv2d_xla
 IMPLEMENTATIONS = ("flashdwc", "xla")
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _dwconv(x, kernel, geometry: ConvGeometry):
+@partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _dwconv(x, kernel, geometry: ConvGeometry, deterministic: bool):
   return ops.dwconv_fwd(x, kernel, geometry)
 
 
-def _dwconv_fwd(x, kernel, geometry):
+def _dwconv_fwd(x, kernel, geometry, deterministic):
   return ops.dwconv_fwd(x, kernel, geometry), (x, kernel)
 
 
-def _dwconv_bwd(geometry, residuals, dy):
+def _dwconv_bwd(geometry, deterministic, residuals, dy):
   x, kernel = residuals
   dx = ops.dwconv_bwd_data(dy, kernel, geometry, x.shape[1:3])
-  dw = ops.dwconv_bwd_filter(x, dy, geometry, kernel.shape[:2])
+  dw = ops.dwconv_bwd_filter(x, dy, geometry, kernel.shape[:2], deterministic)
   return dx, dw
 
 
@@ -42,6 +42,7 @@ def depthwise_conv2d(
     kernel_dilation: int | tuple[int, int] = 1,
     precision: Any = None,
     implementation: Literal["flashdwc", "xla"] | None = None,
+    deterministic: bool = False,
 ) -> jax.Array:
   """Depthwise 2-D convolution: each channel convolved with its own filter.
 
@@ -60,6 +61,10 @@ def depthwise_conv2d(
     implementation: None or "flashdwc" runs this library's kernels for the
       platform (CPU or CUDA); "xla" runs lax.conv_general_dilated with XLA's
       defaults instead.
+    deterministic: make the kernel gradient bit-identical from run to run: the
+      GPU kernel then sums its partial results in a fixed order instead of with
+      atomic adds (same speed within noise; a little more scratch memory). The
+      CPU kernels are always deterministic. Ignored with implementation="xla".
 
   Returns:
     (N, Ho, Wo, C) in x's dtype, accumulated in float32. It matches
@@ -73,4 +78,6 @@ def depthwise_conv2d(
   geometry = make_geometry(x, kernel, strides, padding, kernel_dilation)
   if implementation == "xla":
     return depthwise_conv2d_xla(x, kernel, geometry, precision=precision)
-  return _dwconv(x, kernel, geometry)
+  if not isinstance(deterministic, bool):
+    raise TypeError(f"deterministic must be a bool; got {deterministic!r}")
+  return _dwconv(x, kernel, geometry, deterministic)

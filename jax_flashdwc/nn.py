@@ -40,7 +40,7 @@ def _kernel_hw(kernel_size) -> tuple[int, int]:
 
 
 def _apply(inputs, kernel, bias, *, features, strides, padding, kernel_dilation, dtype, precision,
-           implementation, promote_dtype):
+           implementation, deterministic, promote_dtype):
   """Shared forward of both layers: promotion, batch flattening, conv, bias."""
   if inputs.ndim < 3:
     raise ValueError(f"inputs must be (..., H, W, C); got shape {inputs.shape}")
@@ -51,7 +51,7 @@ def _apply(inputs, kernel, bias, *, features, strides, padding, kernel_dilation,
   batch_shape = inputs.shape[:-3]
   x = inputs.reshape((-1, *inputs.shape[-3:]))
   y = depthwise_conv2d(x, kernel, strides=strides, padding=padding, kernel_dilation=kernel_dilation,
-                       precision=precision, implementation=implementation)
+                       precision=precision, implementation=implementation, deterministic=deterministic)
   if bias is not None:
     y = y + bias
   return y.reshape((*batch_shape, *y.shape[1:]))
@@ -72,6 +72,8 @@ class DepthwiseConv2D(linen.Module):
     precision: passed to XLA when implementation="xla".
     kernel_init, bias_init: initializers of "kernel" (KH, KW, 1, C) and "bias" (C,).
     implementation: None/"flashdwc" for this library's kernels, "xla" for XLA's conv.
+    deterministic: a bit-identical kernel gradient from run to run (see
+      `depthwise_conv2d`).
   """
 
   features: int
@@ -86,6 +88,7 @@ class DepthwiseConv2D(linen.Module):
   kernel_init: Any = default_kernel_init
   bias_init: Any = default_bias_init
   implementation: Implementation = None
+  deterministic: bool = False
 
   @linen.compact
   def __call__(self, inputs: jax.Array) -> jax.Array:
@@ -95,7 +98,8 @@ class DepthwiseConv2D(linen.Module):
     bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype) if self.use_bias else None
     return _apply(inputs, kernel, bias, features=self.features, strides=self.strides, padding=self.padding,
                   kernel_dilation=self.kernel_dilation, dtype=self.dtype, precision=self.precision,
-                  implementation=self.implementation, promote_dtype=linen.dtypes.promote_dtype)
+                  implementation=self.implementation, deterministic=self.deterministic,
+                  promote_dtype=linen.dtypes.promote_dtype)
 
 
 class NnxDepthwiseConv2D(nnx.Module):
@@ -106,7 +110,7 @@ class NnxDepthwiseConv2D(nnx.Module):
                padding: PaddingLike = "SAME", kernel_dilation: int | Sequence[int] = 1, use_bias: bool = True,
                dtype: Any = None, param_dtype: Any = jnp.float32, precision: Any = None,
                kernel_init: Any = default_kernel_init, bias_init: Any = default_bias_init,
-               implementation: Implementation = None, rngs: nnx.Rngs):
+               implementation: Implementation = None, deterministic: bool = False, rngs: nnx.Rngs):
     kernel_hw = _kernel_hw(kernel_size)
     self.kernel = nnx.Param(kernel_init(rngs.params(), (*kernel_hw, 1, features), param_dtype))
     self.bias = nnx.Param(bias_init(rngs.params(), (features,), param_dtype)) if use_bias else nnx.data(None)
@@ -120,6 +124,7 @@ class NnxDepthwiseConv2D(nnx.Module):
     self.param_dtype = param_dtype
     self.precision = precision
     self.implementation = implementation
+    self.deterministic = deterministic
 
   def __call__(self, inputs: jax.Array) -> jax.Array:
     """inputs: (..., H, W, C) -> (..., Ho, Wo, C)."""
@@ -127,4 +132,5 @@ class NnxDepthwiseConv2D(nnx.Module):
     return _apply(inputs, self.kernel[...], bias, features=self.features, strides=self.strides,
                   padding=self.padding, kernel_dilation=self.kernel_dilation, dtype=self.dtype,
                   precision=self.precision, implementation=self.implementation,
+                  deterministic=self.deterministic,
                   promote_dtype=lambda *arrays, dtype: nnx.nn.dtypes.promote_dtype(arrays, dtype=dtype))

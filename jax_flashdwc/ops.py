@@ -2,7 +2,7 @@
 
 - dwconv_fwd(x, w) -> y
 - dwconv_bwd_data(dy, w) -> dx
-- dwconv_bwd_filter(x, dy) -> dw
+- dwconv_bwd_filter(x, dy) -> dw (optionally deterministic)
 
 x: (N, H, W, C); w: (KH, KW, 1, C); y and dy: (N, Ho, Wo, C).
 
@@ -72,19 +72,24 @@ def dwconv_bwd_data(dy: jax.Array, w: jax.Array, geometry: ConvGeometry,
 
 
 def dwconv_bwd_filter(x: jax.Array, dy: jax.Array, geometry: ConvGeometry,
-                      kernel_hw: tuple[int, int]) -> jax.Array:
-  """dw from x and dy: (N, H, W, C), (N, Ho, Wo, C) -> (KH, KW, 1, C), (KH, KW) = kernel_hw."""
+                      kernel_hw: tuple[int, int], deterministic: bool = False) -> jax.Array:
+  """dw from x and dy: (N, H, W, C), (N, Ho, Wo, C) -> (KH, KW, 1, C), (KH, KW) = kernel_hw.
+
+  deterministic: sum the partial results in a fixed order (bit-identical across
+  runs) instead of merging them with atomic adds on the GPU.
+  """
   kernel_hw = tuple(kernel_hw)
+  deterministic = bool(deterministic)
 
   @custom_vmap
   def op(x, dy):
-    return _partitioning.bwd_filter(x, dy, geometry, kernel_hw)
+    return _partitioning.bwd_filter(x, dy, geometry, kernel_hw, deterministic)
 
   @op.def_vmap
   def _batched(size, in_batched, x, dy):
     # Each vmapped pair has its own filter gradient: always fold into channels.
     out = dwconv_bwd_filter(_to_channels(x, in_batched[0], size), _to_channels(dy, in_batched[1], size),
-                            geometry, kernel_hw)
+                            geometry, kernel_hw, deterministic)
     return _from_channels(out, size), True
 
   return op(x, dy)

@@ -52,3 +52,28 @@ def test_backward_matches_oracle(case, dtype, pass_name, device):
     positions = y_shape[0] * y_shape[1] * y_shape[2]
     assert_close(dw, dw_ref, dw_mag, positions, dtype, None if xla is None else xla[2],
                  what=f"bwd_filter {case.name}", seed=seed)
+
+
+@pytest.mark.parametrize("dtype", [DTYPES[0], DTYPES[2]])
+@pytest.mark.parametrize("case", TEST_CASES, ids=lambda c: c.name)
+def test_deterministic_filter_gradient_repeats_bit_for_bit(case, dtype, device):
+  seed = fresh_seed()
+  rng = np.random.default_rng(seed)
+  put = lambda a: jax.device_put(jnp.asarray(a, dtype), device)
+  x, w = put(uniform(rng, case.x_shape, dtype)), put(uniform(rng, case.kernel_shape, dtype))
+  dy = put(uniform(rng, oracle(x, w, case).shape, dtype))
+
+  def filter_grad(deterministic):
+    conv = lambda w: depthwise_conv2d(x, w, deterministic=deterministic, **case.conv_kwargs())
+    return jax.jit(lambda w, dy: jax.vjp(conv, w)[1](dy)[0])
+
+  deterministic = filter_grad(True)
+  first = np.asarray(deterministic(w, dy))
+  for _ in range(3):
+    np.testing.assert_array_equal(np.asarray(deterministic(w, dy)), first, err_msg=f"seed {seed}")
+  positions = np.prod(dy.shape[:3])
+  with jax.default_device(jax.devices("cpu")[0]):
+    args = [jnp.asarray(np.asarray(a, np.float32)) for a in (x, w, dy)]
+    _, _, dw_ref = all_passes(_oracle_fn(case), *args)
+    _, _, dw_mag = all_passes(_oracle_fn(case), *map(jnp.abs, args))
+  assert_close(first, dw_ref, dw_mag, positions, dtype, what=f"deterministic bwd_filter {case.name}", seed=seed)

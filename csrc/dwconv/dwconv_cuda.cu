@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "dwconv/bwd_filter_split.cuh"
 #include "dwconv/direct_kernels.cuh"
 #include "dwconv/dwconv_cuda.h"
 #include "dwconv/fwd_gemv.cuh"
@@ -114,13 +115,105 @@ cudaError_t run_dwconv_bwd_data(const DwConvParams& p, const T* dy, const T* w, 
   return cudaGetLastError();
 }
 
+namespace {
+
+// Taps per thread in the backward-filter split kernel: 8 like the forward's TM,
+// 4 for filters at most 4 wide, which would leave half of an 8-tap tile idle.
+int bwd_filter_tm(const DwConvParams& p) { return p.kernel_w <= 4 ? 4 : 8; }
+
+// Blocks the split kernel aims for: 4 waves of 132 SMs x 4 resident blocks, so
+// that the last wave's tail costs little. Z (the chunks of the N * Ho rows) is
+// what brings a small filter's grid up to it.
+constexpr int64_t kBwdFilterTargetBlocks = 2048;
+// Deterministic mode keeps one fp32 slice of the filter per chunk; Z is lowered
+// until the slices fit in this.
+constexpr int64_t kBwdFilterMaxWorkspaceBytes = int64_t(256) << 20;
+
+bool bwd_filter_split_applies(const DwConvParams& p) {
+  return (p.stride_w == 1 || p.stride_w == 2) && p.dilation_w == 1 &&
+         (p.channels + BwdFilterTraits::kBlockChannels - 1) / BwdFilterTraits::kBlockChannels <= 65535 &&
+         p.kernel_h * p.kernel_w <= INT32_MAX;
+}
+
+BwdFilterGrid make_bwd_filter_grid(const DwConvParams& p, bool deterministic) {
+  using Tr = BwdFilterTraits;
+  const int tm = bwd_filter_tm(p);
+  BwdFilterGrid g;
+  g.kw_tiles = (p.kernel_w + tm - 1) / tm;
+  g.tiles = p.kernel_h * g.kw_tiles;
+  g.tiles_per_block = int(std::min<int64_t>(Tr::kSlots, g.tiles));
+  g.lanes = Tr::kSlots / g.tiles_per_block;
+  g.rows = p.batch * p.out_h;
+  const int64_t blocks_xy = ((g.tiles + g.tiles_per_block - 1) / g.tiles_per_block) *
+                            ((p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels);
+  const int64_t slice_bytes = p.kernel_h * p.kernel_w * p.channels * int64_t(sizeof(float));
+  int64_t splits = (kBwdFilterTargetBlocks + blocks_xy - 1) / blocks_xy;
+  splits = std::min(splits, (g.rows + g.lanes - 1) / g.lanes);  // at least one row per lane
+  if (deterministic) splits = std::min(splits, kBwdFilterMaxWorkspaceBytes / slice_bytes);
+  splits = std::clamp<int64_t>(splits, 1, 65535);
+  g.rows_per_split = (g.rows + splits - 1) / splits;
+  g.atomic = !deterministic;
+  return g;
+}
+
+int64_t bwd_filter_splits(const BwdFilterGrid& g) { return (g.rows + g.rows_per_split - 1) / g.rows_per_split; }
+
+template <typename T, int kTM, int kStride, bool kVec>
+cudaError_t launch_bwd_filter_split(const DwConvParams& p, const BwdFilterGrid& g, const T* x, const T* dy,
+                                    float* ws, cudaStream_t stream) {
+  using Tr = BwdFilterTraits;
+  const dim3 blocks(unsigned((g.tiles + g.tiles_per_block - 1) / g.tiles_per_block),
+                    unsigned((p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels),
+                    unsigned(bwd_filter_splits(g)));
+  dwconv_bwd_filter_split_kernel<T, kTM, kStride, kVec><<<blocks, Tr::kThreads, 0, stream>>>(x, dy, ws, p, g);
+  return cudaGetLastError();
+}
+
+template <typename T, int kTM>
+cudaError_t launch_bwd_filter_split_tm(const DwConvParams& p, const BwdFilterGrid& g, const T* x, const T* dy,
+                                       float* ws, cudaStream_t stream) {
+  const bool vec = p.channels % 4 == 0 && aligned(x, 4 * sizeof(T)) && aligned(dy, 4 * sizeof(T)) &&
+                   aligned(ws, 16);
+  if (p.stride_w == 1) {
+    return vec ? launch_bwd_filter_split<T, kTM, 1, true>(p, g, x, dy, ws, stream)
+               : launch_bwd_filter_split<T, kTM, 1, false>(p, g, x, dy, ws, stream);
+  }
+  return vec ? launch_bwd_filter_split<T, kTM, 2, true>(p, g, x, dy, ws, stream)
+             : launch_bwd_filter_split<T, kTM, 2, false>(p, g, x, dy, ws, stream);
+}
+
+}  // namespace
+
+int64_t bwd_filter_workspace_bytes(const DwConvParams& p, bool deterministic) {
+  if (!bwd_filter_split_applies(p)) return 0;
+  const BwdFilterGrid g = make_bwd_filter_grid(p, deterministic);
+  const int64_t slices = g.atomic ? 1 : bwd_filter_splits(g);
+  return slices * p.kernel_h * p.kernel_w * p.channels * int64_t(sizeof(float));
+}
+
 template <typename T>
-cudaError_t run_dwconv_bwd_filter(const DwConvParams& p, const T* x, const T* dy, T* dw,
-                                  cudaStream_t stream) {
-  const dim3 grid(unsigned(p.kernel_h * p.kernel_w),
-                  unsigned((p.channels + kBwdFilterChannels - 1) / kBwdFilterChannels));
-  const dim3 block(kBwdFilterChannels, kBwdFilterRows);
-  dwconv_bwd_filter_direct_kernel<T><<<grid, block, 0, stream>>>(x, dy, dw, p);
+cudaError_t run_dwconv_bwd_filter(const DwConvParams& p, const T* x, const T* dy, T* dw, float* workspace,
+                                  bool deterministic, cudaStream_t stream) {
+  if (!bwd_filter_split_applies(p)) {
+    const dim3 grid(unsigned(p.kernel_h * p.kernel_w),
+                    unsigned((p.channels + kBwdFilterChannels - 1) / kBwdFilterChannels));
+    const dim3 block(kBwdFilterChannels, kBwdFilterRows);
+    dwconv_bwd_filter_direct_kernel<T><<<grid, block, 0, stream>>>(x, dy, dw, p);
+    return cudaGetLastError();
+  }
+  const BwdFilterGrid g = make_bwd_filter_grid(p, deterministic);
+  const int64_t count = p.kernel_h * p.kernel_w * p.channels;
+  if (g.atomic) {
+    if (cudaError_t err = cudaMemsetAsync(workspace, 0, count * sizeof(float), stream); err != cudaSuccess) {
+      return err;
+    }
+  }
+  const cudaError_t err = bwd_filter_tm(p) == 4 ? launch_bwd_filter_split_tm<T, 4>(p, g, x, dy, workspace, stream)
+                                                : launch_bwd_filter_split_tm<T, 8>(p, g, x, dy, workspace, stream);
+  if (err != cudaSuccess) return err;
+  const int64_t slices = g.atomic ? 1 : bwd_filter_splits(g);
+  dwconv_bwd_filter_finalize_kernel<T><<<direct_grid(count), kDirectThreads, 0, stream>>>(workspace, dw, count,
+                                                                                          slices);
   return cudaGetLastError();
 }
 
@@ -128,8 +221,8 @@ cudaError_t run_dwconv_bwd_filter(const DwConvParams& p, const T* x, const T* dy
   template cudaError_t run_dwconv_fwd<T>(const DwConvParams&, const T*, const T*, T*, cudaStream_t); \
   template cudaError_t run_dwconv_bwd_data<T>(const DwConvParams&, const T*, const T*, T*,            \
                                               cudaStream_t);                                          \
-  template cudaError_t run_dwconv_bwd_filter<T>(const DwConvParams&, const T*, const T*, T*,          \
-                                                cudaStream_t);
+  template cudaError_t run_dwconv_bwd_filter<T>(const DwConvParams&, const T*, const T*, T*, float*,  \
+                                                bool, cudaStream_t);
 
 FLASHDWC_INSTANTIATE_CUDA(float)
 FLASHDWC_INSTANTIATE_CUDA(__half)

@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "dwconv/params.h"
 
 namespace flashdwc {
@@ -27,9 +29,16 @@ template <typename T>
 cudaError_t run_dwconv_bwd_data(const DwConvParams& p, const T* dy, const T* w, T* dx,
                                 cudaStream_t stream);
 
-// dw from x and dy, fp32 accumulation in a fixed order.
+// Bytes of fp32 workspace run_dwconv_bwd_filter needs (0 when it needs none).
+int64_t bwd_filter_workspace_bytes(const DwConvParams& p, bool deterministic);
+
+// dw from x and dy, accumulated in fp32. Stride_w 1 or 2 with dilation_w 1 runs the
+// split kernel (bwd_filter_split.cuh): chunk partials merged by atomicAdd into
+// `workspace`, or, when `deterministic`, stored per chunk and summed in a fixed
+// order, so that the result is bit-identical across runs. Other geometries run a
+// direct kernel, deterministic in both modes.
 template <typename T>
-cudaError_t run_dwconv_bwd_filter(const DwConvParams& p, const T* x, const T* dy, T* dw,
-                                  cudaStream_t stream);
+cudaError_t run_dwconv_bwd_filter(const DwConvParams& p, const T* x, const T* dy, T* dw, float* workspace,
+                                  bool deterministic, cudaStream_t stream);
 
 }  // namespace flashdwc

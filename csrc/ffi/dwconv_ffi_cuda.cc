@@ -69,10 +69,29 @@ ffi::Error DwConvBwdDataCudaImpl(cudaStream_t stream, ffi::AnyBuffer dy, ffi::An
 }
 
 ffi::Error DwConvBwdFilterCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy,
-                                   ffi::Result<ffi::AnyBuffer> dw, ConvGeometry geometry) {
+                                   ffi::Result<ffi::AnyBuffer> dw, ffi::Result<ffi::AnyBuffer> workspace,
+                                   ConvGeometry geometry, bool deterministic) {
+  DwConvParams p;
+  if (ffi::Error err = make_params(ConvPass::kBackwardFilter, x, dy, *dw, geometry, &p); err.failure()) {
+    return err;
+  }
+  const int64_t needed = bwd_filter_workspace_bytes(p, deterministic);
+  if (workspace->element_type() != ffi::DataType::F32 || int64_t(workspace->size_bytes()) < needed) {
+    return ffi::Error::InvalidArgument(std::string(pass_name(ConvPass::kBackwardFilter)) +
+                                       ": the workspace must be float32 of at least " + std::to_string(needed) +
+                                       " bytes; got " + std::to_string(workspace->size_bytes()));
+  }
+  float* ws = static_cast<float*>(workspace->untyped_data());
+  // Deterministic mode stores every element of every chunk's slice; poisoning it
+  // too lets the tests catch one left unwritten.
+  if (deterministic && needed > 0 && poison_outputs_flag().load(std::memory_order_relaxed)) {
+    if (cudaError_t err = cudaMemsetAsync(ws, 0xFF, needed, stream); err != cudaSuccess) {
+      return cuda_error(ConvPass::kBackwardFilter, err);
+    }
+  }
   return dispatch_cuda(ConvPass::kBackwardFilter, stream, x, dy, dw, geometry,
-                       [](const DwConvParams& p, auto* x, auto* dy, auto* dw, cudaStream_t s) {
-                         return run_dwconv_bwd_filter(p, x, dy, dw, s);
+                       [ws, deterministic](const DwConvParams& p, auto* x, auto* dy, auto* dw, cudaStream_t s) {
+                         return run_dwconv_bwd_filter(p, x, dy, dw, ws, deterministic, s);
                        });
 }
 
@@ -102,7 +121,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(DwConvBwdFilterCudaFfi, DwConvBwdFilterCudaImpl,
                                   .Arg<ffi::AnyBuffer>()                     // x
                                   .Arg<ffi::AnyBuffer>()                     // dy
                                   .Ret<ffi::AnyBuffer>()                     // dw
-                                  .Attr<ConvGeometry>("geometry"),
+                                  .Ret<ffi::AnyBuffer>()                     // fp32 workspace
+                                  .Attr<ConvGeometry>("geometry")
+                                  .Attr<bool>("deterministic"),
                               {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace flashdwc

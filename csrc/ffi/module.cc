@@ -60,5 +60,24 @@ NB_MODULE(_jax_flashdwc, m) {
         return flashdwc::select_fwd_kernel(p) == flashdwc::FwdKernel::kGemv ? "gemv" : "direct";
       },
       nb::arg("channels"), nb::arg("out_w"), nb::arg("kernel_w"), nb::arg("stride_w"), nb::arg("dilation_w"));
+  // Bytes of the fp32 workspace the CUDA filter gradient needs; the lowering adds
+  // a result of that size to the custom call, so XLA owns the memory (also inside
+  // command buffers).
+  m.def(
+      "cuda_bwd_filter_workspace_bytes",
+      [](int64_t batch, int64_t out_h, int64_t channels, int64_t kernel_h, int64_t kernel_w, int64_t stride_w,
+         int64_t dilation_w, bool deterministic) {
+        flashdwc::DwConvParams p{};
+        p.batch = batch;
+        p.out_h = out_h;
+        p.channels = channels;
+        p.kernel_h = kernel_h;
+        p.kernel_w = kernel_w;
+        p.stride_w = stride_w;
+        p.dilation_w = dilation_w;
+        return flashdwc::bwd_filter_workspace_bytes(p, deterministic);
+      },
+      nb::arg("batch"), nb::arg("out_h"), nb::arg("channels"), nb::arg("kernel_h"), nb::arg("kernel_w"),
+      nb::arg("stride_w"), nb::arg("dilation_w"), nb::arg("deterministic"));
 #endif
 }

@@ -1,0 +1,223 @@
+// Flash-DWC backward-filter kernel on CUDA cores (paper section 5.1):
+//   dw[kh, kw, c] = sum over (n, oh, ow) of dy[n, oh, ow, c] * x[n, ih, iw, c].
+// The accumulation axis is long (N * Ho * Wo) and the output small, so the N * Ho
+// output rows are split into Z chunks (grid.z) to fill the GPU. Each block sums its
+// chunk in fp32 and merges it into an fp32 workspace: by atomicAdd into one slice,
+// or (deterministic mode) by a plain store into slice z, which
+// dwconv_bwd_filter_finalize_kernel then sums in order z = 0, 1, ...
+//
+// Block: 4 warps of 8 (channel groups of 4) x 4 slots = 32 channels x 16 slots. A
+// slot owns a tap tile: kTM consecutive taps (kh, kw0 .. kw0 + kTM - 1) of one filter
+// row. Filters with fewer than 16 tiles give the spare slots other rows of the
+// chunk ("lanes"); the lanes are summed through shared memory in a fixed order.
+// Along an output row a thread slides a window of kTM input columns: each ow costs
+// one dy load and kStride new x loads (4 channels each) for kTM * 4 FMAs.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "common/cuda_types.cuh"
+#include "dwconv/params.h"
+
+namespace flashdwc {
+
+struct BwdFilterTraits {
+  static constexpr int kThreads = 128;
+  static constexpr int kChannelsPerThread = 4;
+  static constexpr int kChannelGroups = 8;
+  static constexpr int kBlockChannels = kChannelGroups * kChannelsPerThread;  // 32
+  static constexpr int kSlots = kThreads / kChannelGroups;                      // 16
+};
+
+// Problem-derived values computed once on the host.
+struct BwdFilterGrid {
+  int64_t kw_tiles;        // ceil(KW / kTM)
+  int64_t tiles;           // KH * kw_tiles
+  int tiles_per_block;     // min(16, tiles)
+  int lanes;               // 16 / tiles_per_block: rows of a chunk walked side by side
+  int64_t rows;            // N * Ho
+  int64_t rows_per_split;  // rows of one chunk (blockIdx.z)
+  bool atomic;             // merge by atomicAdd into slice 0, else store into slice z
+};
+
+// Calls f(std::integral_constant<int, i>) for i in [kBegin, kEnd).
+template <int kBegin, int kEnd, typename F>
+__device__ __forceinline__ void bwd_filter_static_for(F&& f) {
+  if constexpr (kBegin < kEnd) {
+    f(std::integral_constant<int, kBegin>{});
+    bwd_filter_static_for<kBegin + 1, kEnd>(f);
+  }
+}
+
+// 4 channels of one element, zero where masked (valid <= 0) or out of range.
+template <typename T, bool kVec>
+__device__ __forceinline__ void bwd_filter_load4(const T* p, int valid, float (&v)[4]) {
+  if constexpr (kVec) {
+    if (valid > 0) {
+      Vec4<T>::load(p, v);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[i] = 0.0f;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = i < valid ? to_float(p[i]) : 0.0f;
+  }
+}
+
+// Output columns [ow_begin, ow_end) of one row into acc[t] (taps kw0 + t).
+//
+// Window invariant: at step k (ow = ow_begin + k), slot (kStride * k + t) % kTM holds
+// the input column of tap t. Each step loads the kStride columns that are new; with
+// the steps unrolled in chunks of kTM every slot index is a compile-time constant.
+template <typename T, int kTM, int kStride, bool kVec, bool kChecked>
+__device__ __forceinline__ void bwd_filter_row(float (&acc)[kTM][4], const T* __restrict__ x_row,
+                                               const T* __restrict__ dy_row, int64_t first_col,
+                                               int64_t in_w, int64_t channels, int channels_valid,
+                                               int64_t ow_begin, int64_t ow_end) {
+  if (ow_begin >= ow_end) return;
+  float win[kTM][4];
+  const int64_t col0 = first_col + ow_begin * kStride;  // column of tap 0 at ow_begin
+  auto load_col = [&](float (&v)[4], int64_t col) {
+    const bool inside = !kChecked || (col >= 0 && col < in_w);
+    bwd_filter_load4<T, kVec>(x_row + col * channels, inside ? channels_valid : 0, v);
+  };
+  auto step = [&](int k, int64_t rel) {  // rel = ow - ow_begin; k = rel % kTM, static
+#pragma unroll
+    for (int t = kTM - kStride; t < kTM; ++t) load_col(win[(kStride * k + t) % kTM], col0 + kStride * rel + t);
+    float g[4];
+    bwd_filter_load4<T, kVec>(dy_row + (ow_begin + rel) * channels, channels_valid, g);
+#pragma unroll
+    for (int t = 0; t < kTM; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[t][i] = fmaf(win[(kStride * k + t) % kTM][i], g[i], acc[t][i]);
+  };
+
+#pragma unroll
+  for (int t = 0; t < kTM - kStride; ++t) load_col(win[t], col0 + t);
+  const int64_t count = ow_end - ow_begin;
+  int64_t rel = 0;
+  for (; rel + kTM <= count; rel += kTM) {
+#pragma unroll
+    for (int k = 0; k < kTM; ++k) step(k, rel + k);
+  }
+  const int64_t remainder = count - rel;
+  bwd_filter_static_for<1, kTM>([&](auto r) {
+    if (remainder == r.value) {
+#pragma unroll
+      for (int k = 0; k < r.value; ++k) step(k, rel + k);
+    }
+  });
+}
+
+template <typename T, int kTM, int kStride, bool kVec>
+__global__ void __launch_bounds__(BwdFilterTraits::kThreads, 4)
+dwconv_bwd_filter_split_kernel(const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ ws,
+                               DwConvParams p, BwdFilterGrid g) {
+  using Tr = BwdFilterTraits;
+  static_assert(kStride <= kTM, "the window must hold the columns one step loads");
+  // Lane partials, summed by lane 0 of each tile in lane order (deterministic).
+  __shared__ float lane_sums[Tr::kSlots][Tr::kChannelGroups][kTM][4];
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int group = lane % Tr::kChannelGroups;
+  const int slot = warp * (32 / Tr::kChannelGroups) + lane / Tr::kChannelGroups;
+  const int tile_in_block = slot % g.tiles_per_block;
+  const int row_lane = slot / g.tiles_per_block;
+  const int64_t tile = int64_t(blockIdx.x) * g.tiles_per_block + tile_in_block;
+  const int64_t kh = tile / g.kw_tiles;
+  const int64_t kw0 = (tile % g.kw_tiles) * kTM;
+  const int64_t c0 = int64_t(blockIdx.y) * Tr::kBlockChannels + group * 4;
+  const int64_t channels_left = p.channels - c0;
+  const int channels_valid = channels_left <= 0 ? 0 : channels_left >= 4 ? 4 : int(channels_left);
+  const bool active = row_lane < g.lanes && tile < g.tiles && channels_valid > 0;
+
+  // Output columns whose kTM taps all read inside the image run unchecked. The range
+  // is made warp-uniform so that no warp runs both variants of one column.
+  const int64_t first_col = kw0 - p.pad_left;  // input column of tap 0 at ow = 0
+  int lo = 0, hi = int(p.out_w);
+  if (active) {
+    const int64_t need_lo = -first_col;                           // ow * s >= need_lo
+    const int64_t need_hi = p.in_w - kTM - first_col;             // ow * s <= need_hi
+    lo = need_lo <= 0 ? 0 : int(min((need_lo + kStride - 1) / kStride, p.out_w));
+    hi = need_hi < 0 ? 0 : int(min(need_hi / kStride + 1, p.out_w));
+  }
+  lo = __reduce_max_sync(0xffffffffu, lo);
+  hi = max(lo, int(__reduce_min_sync(0xffffffffu, unsigned(hi))));
+
+  float acc[kTM][4];
+#pragma unroll
+  for (int t = 0; t < kTM; ++t)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[t][i] = 0.0f;
+
+  const int64_t row_begin = int64_t(blockIdx.z) * g.rows_per_split;
+  const int64_t row_end = min(row_begin + g.rows_per_split, g.rows);
+  if (active) {
+    for (int64_t row = row_begin + row_lane; row < row_end; row += g.lanes) {
+      const int64_t oh = row % p.out_h, n = row / p.out_h;
+      const int64_t ih = oh * p.stride_h - p.pad_top + kh * p.dilation_h;
+      if (ih < 0 || ih >= p.in_h) continue;
+      const T* x_row = x + (n * p.in_h + ih) * p.in_w * p.channels + c0;
+      const T* dy_row = dy + row * p.out_w * p.channels + c0;
+      bwd_filter_row<T, kTM, kStride, kVec, true>(acc, x_row, dy_row, first_col, p.in_w, p.channels,
+                                                  channels_valid, 0, lo);
+      bwd_filter_row<T, kTM, kStride, kVec, false>(acc, x_row, dy_row, first_col, p.in_w, p.channels,
+                                                   channels_valid, lo, hi);
+      bwd_filter_row<T, kTM, kStride, kVec, true>(acc, x_row, dy_row, first_col, p.in_w, p.channels,
+                                                  channels_valid, hi, p.out_w);
+    }
+  }
+
+  if (g.lanes > 1) {
+#pragma unroll
+    for (int t = 0; t < kTM; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) lane_sums[slot][group][t][i] = acc[t][i];
+    __syncthreads();
+    if (row_lane == 0) {
+      for (int l = 1; l < g.lanes; ++l) {
+        const int other = l * g.tiles_per_block + tile_in_block;
+#pragma unroll
+        for (int t = 0; t < kTM; ++t)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[t][i] += lane_sums[other][group][t][i];
+      }
+    }
+  }
+  if (!active || row_lane != 0) return;
+
+  const int64_t slice = g.atomic ? 0 : int64_t(blockIdx.z) * p.kernel_h * p.kernel_w * p.channels;
+#pragma unroll
+  for (int t = 0; t < kTM; ++t) {
+    const int64_t kw = kw0 + t;
+    if (kw >= p.kernel_w) break;
+    float* dst = ws + slice + (kh * p.kernel_w + kw) * p.channels + c0;
+    if (g.atomic) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (i < channels_valid) atomicAdd(dst + i, acc[t][i]);
+    } else if (kVec) {
+      *reinterpret_cast<float4*>(dst) = make_float4(acc[t][0], acc[t][1], acc[t][2], acc[t][3]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (i < channels_valid) dst[i] = acc[t][i];
+    }
+  }
+}
+
+// dw[e] = sum over z < slices of ws[z * count + e], in order of z, cast to T.
+template <typename T>
+__global__ void dwconv_bwd_filter_finalize_kernel(const float* __restrict__ ws, T* __restrict__ dw,
+                                                  int64_t count, int64_t slices) {
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    float sum = 0.0f;
+    for (int64_t z = 0; z < slices; ++z) sum += ws[z * count + e];
+    dw[e] = from_float<T>(sum);
+  }
+}
+
+}  // namespace flashdwc
