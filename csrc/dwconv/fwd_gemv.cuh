@@ -25,6 +25,7 @@ struct GemvFwdTraits {
   static constexpr int kChannelGroups = 8;                                   // threads along C per warp
   static constexpr int kBlockChannels = kChannelGroups * kChannelsPerThread;  // 32
   static constexpr int kSegments = kThreads / kChannelGroups;                 // 16 width segments
+  static constexpr int kRowsPerWarp = 32 / kChannelGroups;                    // 4
   static_assert(kBlockChannels == 32, "the filter row in shared memory is laid out for 32 channels");
 };
 
@@ -32,7 +33,9 @@ struct GemvFwdTraits {
 struct GemvFwdGrid {
   // Width segments of kTM outputs per output row: ceil(Wo / kTM).
   int64_t segments_per_row;
-  // N * Ho * segments_per_row.
+  // N * Ho output rows.
+  int64_t rows;
+  // Segments numbered in whole groups of kRowsPerWarp rows: ceil(rows / 4) * 4 * segments_per_row.
   int64_t segments;
   // Filter rows per shared-memory stage (see kGemvStageBytes in dwconv_cuda.cu).
   int64_t rows_per_stage;
@@ -95,7 +98,8 @@ __device__ __forceinline__ void load_filter_rows(T* dst, const T* __restrict__ w
 
 // One filter row's 1-D convolution for this thread's kTM x 4 outputs.
 //
-// Window invariant: at tap kw, slot (kw + j) % kWin holds input column
+// Only taps [kw_begin, kw_end) run: the others read padding for all kTM outputs.
+// Window invariant: at tap kw, slot (kw - kw_begin + j) % kWin holds input column
 // base_iw + kw + j, for j in [0, kWin). Output t reads j = kStride * t. Each tap
 // loads only j = kWin - 1 into the slot that tap kw - 1 has finished with; with
 // the taps unrolled in chunks of kWin, every slot index is a compile-time
@@ -103,15 +107,24 @@ __device__ __forceinline__ void load_filter_rows(T* dst, const T* __restrict__ w
 template <typename T, int kTM, int kStride, bool kVec, bool kChecked>
 __device__ __forceinline__ void gemv_row(float (&acc)[kTM][4], const T* __restrict__ x_row,
                                          const T* w_row, int64_t base_iw, int64_t in_w,
-                                         int64_t channels, int channels_valid, int kernel_w) {
+                                         int64_t channels, int channels_valid, int kw_begin, int kw_end) {
   constexpr int kWin = kStride * (kTM - 1) + 1;
   float win[kWin][4];
   auto load_column = [&](float (&v)[4], int64_t iw) {
     const bool inside = !kChecked || (iw >= 0 && iw < in_w);
     load_channels<T, kVec>(x_row + iw * channels, inside ? channels_valid : 0, v);
   };
+  // The column the next tap loads. Unchecked vector loads walk it by pointer (one
+  // 64-bit add per tap), with no predicate and no zero fill: the interior chunk
+  // loop was 384 SASS instructions per 256 FFMA with the index form (v2).
+  const T* next_column = x_row + (base_iw + kw_begin + kWin - 1) * channels;
   auto tap = [&](int k, int kw) {
-    load_column(win[(k + kWin - 1) % kWin], base_iw + kw + kWin - 1);
+    if constexpr (!kChecked && kVec) {
+      Vec4<T>::load(next_column, win[(k + kWin - 1) % kWin]);
+      next_column += channels;
+    } else {
+      load_column(win[(k + kWin - 1) % kWin], base_iw + kw + kWin - 1);
+    }
     float wv[4];
     if constexpr (kVec) {
       Vec4<T>::load_shared(w_row + kw * GemvFwdTraits::kBlockChannels, wv);
@@ -126,15 +139,15 @@ __device__ __forceinline__ void gemv_row(float (&acc)[kTM][4], const T* __restri
   };
 
 #pragma unroll
-  for (int j = 0; j < kWin - 1; ++j) load_column(win[j], base_iw + j);
-  int kw0 = 0;
+  for (int j = 0; j < kWin - 1; ++j) load_column(win[j], base_iw + kw_begin + j);
+  int kw0 = kw_begin;
   // Whole chunks and the remainder are both unrolled without per-tap guards, so
   // the compiler can issue each chunk's loads ahead of its FMAs.
-  for (; kw0 + kWin <= kernel_w; kw0 += kWin) {
+  for (; kw0 + kWin <= kw_end; kw0 += kWin) {
 #pragma unroll
     for (int k = 0; k < kWin; ++k) tap(k, kw0 + k);
   }
-  const int remainder = kernel_w - kw0;
+  const int remainder = kw_end - kw0;
   static_for<1, kWin>([&](auto r) {
     if (remainder == r.value) {
 #pragma unroll
@@ -148,21 +161,27 @@ __global__ void __launch_bounds__(GemvFwdTraits::kThreads, kMinBlocksPerSM)
 dwconv_fwd_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
                        DwConvParams p, GemvFwdGrid grid) {
   using Tr = GemvFwdTraits;
+  constexpr int kRowsPerWarp = Tr::kRowsPerWarp;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* w_smem = reinterpret_cast<T*>(smem_raw);  // (2, rows_per_stage, KW, 32): double-buffered stages
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int group = lane % Tr::kChannelGroups;
-  const int segment_in_block = warp * (32 / Tr::kChannelGroups) + lane / Tr::kChannelGroups;
-  const int64_t segment = int64_t(blockIdx.x) * Tr::kSegments + segment_in_block;
+  // Segments are numbered so that the 4 of a warp share their columns and lie in 4
+  // consecutive output rows: (row group of 4, segment along the row, row in group).
+  // Same columns means the same padding, so the bounds path and the range of taps
+  // that reach the image are warp-uniform.
+  const int64_t segment = int64_t(blockIdx.x) * Tr::kSegments + warp * kRowsPerWarp + lane / Tr::kChannelGroups;
+  const int64_t row_group = segment / (grid.segments_per_row * kRowsPerWarp);
+  const int64_t in_group = segment % (grid.segments_per_row * kRowsPerWarp);
+  const int64_t row = row_group * kRowsPerWarp + in_group % kRowsPerWarp;
   const int64_t channel_base = int64_t(blockIdx.y) * Tr::kBlockChannels;
   const int64_t c0 = channel_base + group * 4;
   const int64_t channels_left = p.channels - c0;
   const int channels_valid = channels_left <= 0 ? 0 : channels_left >= 4 ? 4 : int(channels_left);
-  const bool active = segment < grid.segments && channels_valid > 0;
+  const bool active = row < grid.rows && channels_valid > 0;
 
-  const int64_t ow0 = (segment % grid.segments_per_row) * kTM;
-  const int64_t row = segment / grid.segments_per_row;
+  const int64_t ow0 = (in_group / kRowsPerWarp) * kTM;
   const int64_t oh = row % p.out_h;
   const int64_t n = row / p.out_h;
   const int64_t base_iw = ow0 * kStride - p.pad_left;
@@ -172,6 +191,15 @@ dwconv_fwd_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __re
   // thread; the edge warps then ran both and the block waited for them each row).
   const bool interior = __all_sync(
       0xffffffffu, !active || (base_iw >= 0 && base_iw + kernel_w - 1 + kStride * (kTM - 1) < p.in_w));
+  // Taps whose kTM outputs all read padding are skipped: tap kw reads columns
+  // base_iw + kw + kStride * t. At an image border this is up to half the filter.
+  const int64_t first_useful = -base_iw - kStride * (kTM - 1);
+  const int64_t past_useful = p.in_w - base_iw;
+  int kw_begin = first_useful <= 0 ? 0 : first_useful >= kernel_w ? kernel_w : int(first_useful);
+  int kw_end = past_useful <= kw_begin ? kw_begin : past_useful >= kernel_w ? kernel_w : int(past_useful);
+  if (!active) kw_begin = kernel_w, kw_end = 0;
+  kw_begin = int(__reduce_min_sync(0xffffffffu, unsigned(kw_begin)));
+  kw_end = max(kw_begin, int(__reduce_max_sync(0xffffffffu, unsigned(kw_end))));
 
   float acc[kTM][4];
 #pragma unroll
@@ -207,14 +235,16 @@ dwconv_fwd_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __re
     for (int64_t kh = stage * rows_per_stage; kh < stage_end(stage); ++kh) {
       const int64_t ih = oh * p.stride_h - p.pad_top + kh * p.dilation_h;
       if (!active || ih < 0 || ih >= p.in_h) continue;
-      const T* x_row = x + (n * p.in_h + ih) * p.in_w * p.channels + c0;
+      // Channel groups past C read channel 0 instead (never stored), so that the
+      // interior loads need no mask.
+      const T* x_row = x + (n * p.in_h + ih) * p.in_w * p.channels + (channels_valid > 0 ? c0 : 0);
       const T* w_row = stage_smem(stage) + (kh - stage * rows_per_stage) * row_elems + group * 4;
       if (interior) {
         gemv_row<T, kTM, kStride, kVec, false>(acc, x_row, w_row, base_iw, p.in_w, p.channels,
-                                               channels_valid, kernel_w);
+                                               channels_valid, 0, kernel_w);
       } else {
         gemv_row<T, kTM, kStride, kVec, true>(acc, x_row, w_row, base_iw, p.in_w, p.channels,
-                                              channels_valid, kernel_w);
+                                              channels_valid, kw_begin, kw_end);
       }
     }
     // The next stage's copies overwrite the buffer this one read.
