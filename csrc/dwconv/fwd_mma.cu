@@ -1,0 +1,111 @@
+// Launcher of the tensor-core forward kernel (fwd_mma.cuh).
+#include "dwconv/fwd_mma.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "dwconv/fwd_mma.cuh"
+
+namespace flashdwc {
+namespace {
+
+// Widest filter the kernel takes: F = 15 fragments, 200 KiB of shared memory
+// per block at KH >= 8 (fits sm_90's 227 KiB; fwd_mma_supports checks the
+// current device's limit, which is lower on sm_80/sm_89).
+constexpr int64_t kMmaMaxKernelW = 135;
+// Taller filters only add chunks; the bound keeps int arithmetic on KH safe.
+constexpr int64_t kMmaMaxKernelH = 1 << 20;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+MmaFwdGrid make_mma_fwd_grid(const DwConvParams& p) {
+  using Tr = MmaFwdTraits;
+  MmaFwdGrid g;
+  g.frags = int(ceil_div(p.kernel_w, Tr::kFrag));
+  // A reads columns up to 9F + 127 (odd F: the word holding the last element).
+  g.tile_cols = int(ceil_div(Tr::kFrag * g.frags + Tr::kStripW, 8) * 8);
+  g.tile_rows = int(std::min<int64_t>(p.kernel_h + Tr::kRows - 1, Tr::kRingRows));
+  int x_plane = g.tile_rows * g.tile_cols;
+  // Plane stride of 4 mod 8 words: the two octets of a staging store hit disjoint banks.
+  if (x_plane % 16 == 0) x_plane += 8;
+  // The output tile aliases the x tile (always smaller: tile_cols >= 144, rows >= 8).
+  g.x_plane = std::max(x_plane, Tr::kOutPlane);
+  // B reads taps 9f + d, d in [-7, 15]: up to element 9F + 14 after the 8 leading zeros.
+  g.filter_row = Tr::kFrag * g.frags + 16 + (g.frags & 1);
+  g.filter_rows = int(std::min<int64_t>(p.kernel_h, Tr::kChunk));
+  g.x_bytes = Tr::kBlockChannels * g.x_plane * 2;
+  // Filter stage: filter_rows x 16 channels x 2 copies x filter_row elements (a multiple of 8 bytes).
+  g.meta_offset = g.x_bytes + g.filter_rows * Tr::kBlockChannels * 2 * g.filter_row * 2;
+  // Truncation is harmless: fwd_mma_supports rejects sizes that do not fit.
+  g.tiles_w = uint32_t(ceil_div(p.out_w, Tr::kStripW));
+  g.tiles_h = uint32_t(ceil_div(p.out_h, Tr::kRows));
+  return g;
+}
+
+size_t mma_fwd_smem_bytes(const MmaFwdGrid& g) { return size_t(g.meta_offset) + sizeof(mma_fwd::ActiveRange); }
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+bool empty_problem(const DwConvParams& p) {
+  return p.batch <= 0 || p.out_h <= 0 || p.out_w <= 0 || p.channels <= 0;
+}
+
+template <typename T, bool kVec>
+cudaError_t launch(const DwConvParams& p, const MmaFwdGrid& g, const T* x, const T* w, T* y,
+                   cudaStream_t stream) {
+  using Tr = MmaFwdTraits;
+  const size_t smem = mma_fwd_smem_bytes(g);
+  auto kernel = mma_fwd::dwconv_fwd_mma_kernel<T, kVec>;
+  if (smem > 48 * 1024) {
+    if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+        err != cudaSuccess) {
+      return err;
+    }
+  }
+  const dim3 blocks(unsigned(p.batch * g.tiles_h * g.tiles_w),
+                    unsigned(ceil_div(p.channels, Tr::kBlockChannels)));
+  kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, w, y, p, g);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool fwd_mma_supports(const DwConvParams& p) {
+  using Tr = MmaFwdTraits;
+  if (p.stride_h != 1 || p.stride_w != 1 || p.dilation_h != 1 || p.dilation_w != 1) return false;
+  if (p.kernel_h < 1 || p.kernel_w < 1 || p.kernel_h > kMmaMaxKernelH || p.kernel_w > kMmaMaxKernelW) {
+    return false;
+  }
+  if (p.batch < 0 || p.in_h < 0 || p.in_w < 0 || p.out_h < 0 || p.out_w < 0 || p.channels < 0) return false;
+  if (empty_problem(p)) return true;
+  // Overflow-safe form of batch * tiles_h * tiles_w <= INT32_MAX.
+  const int64_t tiles_w = ceil_div(p.out_w, Tr::kStripW), tiles_h = ceil_div(p.out_h, Tr::kRows);
+  if (tiles_w > INT32_MAX || tiles_h > INT32_MAX / tiles_w || p.batch > INT32_MAX / (tiles_h * tiles_w)) {
+    return false;
+  }
+  const MmaFwdGrid g = make_mma_fwd_grid(p);
+  if (ceil_div(p.channels, Tr::kBlockChannels) > 65535) return false;
+  int device = 0, max_smem = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    // Clear the runtime's last error, so that a later launch does not report it.
+    (void)cudaGetLastError();
+    return false;
+  }
+  return mma_fwd_smem_bytes(g) <= size_t(max_smem);
+}
+
+template <typename T>
+cudaError_t launch_fwd_mma(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream) {
+  if (empty_problem(p)) return cudaSuccess;
+  const MmaFwdGrid g = make_mma_fwd_grid(p);
+  const bool vec = p.channels % 8 == 0 && aligned16(x) && aligned16(w) && aligned16(y);
+  return vec ? launch<T, true>(p, g, x, w, y, stream) : launch<T, false>(p, g, x, w, y, stream);
+}
+
+template cudaError_t launch_fwd_mma<__half>(const DwConvParams&, const __half*, const __half*, __half*,
+                                            cudaStream_t);
+template cudaError_t launch_fwd_mma<__nv_bfloat16>(const DwConvParams&, const __nv_bfloat16*,
+                                                   const __nv_bfloat16*, __nv_bfloat16*, cudaStream_t);
+
+}  // namespace flashdwc

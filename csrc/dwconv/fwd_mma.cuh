@@ -1,0 +1,491 @@
+// Flash-DWC forward kernel on tensor cores (paper section 4), stride 1 and
+// dilation 1, fp16/bf16 in, fp32 accumulation, for any filter size.
+//
+// GEMV to GEMM. For one channel and one filter row kh, the 8 outputs
+// y[col0 + 8m + t], t < 8, against the 9-tap fragment f of that row (taps
+// 9f..9f+8) read 16 consecutive inputs x[col0 + 8m + 9f + j], j < 16:
+//   y[8m + t] += sum_j A[m][j] * B[j][t],  A[m][j] = x[8m + 9f + j],
+//   B[j][t] = w[kh][9f + j - t] when 0 <= j - t < 9 and 9f + j - t < KW, else 0.
+// Stacking the 16 segments m of a 128-wide output strip gives one m16n8k16 MMA
+// per (output row, kh, f); B is a banded Toeplitz matrix (56% dense).
+//
+// Row reuse. A warp owns 8 output rows r of a strip and keeps their 8 C
+// fragments in registers. Output row r at filter row kh reads tile row r + kh,
+// so the A fragment of (r, kh) is the one of (r + 1, kh - 1): a ring of 8 A
+// fragments (one per tile row) needs one new fragment per kh step, which then
+// feeds 8 MMAs that share one B fragment. The kh loop is unrolled in chunks of
+// 8 so that every ring slot index is a compile-time constant.
+//
+// Block: 8 warps, 16 channels (each pixel's 16 channels are one 32-byte
+// sector), each warp 2 channels; the block covers 8 output rows x 128 output
+// columns x 16 channels. Filter rows are processed in chunks of 8; each chunk's
+// input rows (8 + 7 halo rows) and filter rows are staged into shared memory,
+// input rows in a ring of 15 rows so that the 7 rows shared by consecutive
+// chunks are loaded once:
+//   x tile: [channel 16][ring row][tile column], zero outside the image and for
+//           channels >= C; staged through registers to transpose NHWC.
+//   filter: [chunk row 8][channel 16][copy 2][WP], WP = 9F + 16 rounded up to
+//           even, element kFilterPad + k = tap k, zero outside [0, KW); copy 1
+//           is copy 0 shifted by one element so that every (even or odd) pair
+//           of adjacent taps is one aligned 32-bit load.
+// Every shared-memory element an MMA reads has been staged (zeros included):
+// B's zero entries multiply real inputs, and 0 * NaN garbage would be NaN.
+// For the same reason an Inf or NaN in x spreads to outputs up to 15 columns
+// away whose windows do not contain it (0 * Inf = NaN); finite inputs are exact
+// up to fp32 summation order.
+// The output tile goes back through shared memory (aliasing the x tile), so
+// that global stores are 16-byte vectors of 8 channels.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "common/cuda_types.cuh"
+#include "dwconv/params.h"
+
+namespace flashdwc {
+
+struct MmaFwdTraits {
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kWarpChannels = 2;
+  static constexpr int kBlockChannels = kWarps * kWarpChannels;  // 16
+  static constexpr int kOctets = kBlockChannels / 8;              // 8-channel (16-byte) groups per pixel
+  static constexpr int kRows = 8;                                 // output rows per warp (ring length)
+  static constexpr int kChunk = 8;                                // filter rows per shared-memory stage
+  static constexpr int kRingRows = kChunk + kRows - 1;            // input rows one chunk reads
+  static constexpr int kStripW = 128;                             // output columns per block (16 x 8)
+  static constexpr int kFrag = 9;                                 // filter taps per MMA
+  // Zeros before tap 0 in a filter row: B reads taps 9f + d for d in [-7, 15].
+  static constexpr int kFilterPad = 8;
+  // Output tile plane: 8 rows x 128 columns, padded so that the plane stride in
+  // 32-bit words is 2 mod 4 (the two channel octets of a read hit disjoint banks).
+  static constexpr int kOutPlane = kRows * kStripW + 4;
+  static_assert(kRows == kChunk, "one unrolled chunk is one turn of the A ring");
+  static_assert(kBlockChannels % 8 == 0, "staging moves 8 channels per item");
+};
+
+// Problem-derived values computed once on the host (see make_mma_fwd_grid).
+struct MmaFwdGrid {
+  int frags;        // F = ceil(KW / 9)
+  int tile_cols;    // x tile row length in elements (>= 9F + 128, multiple of 8)
+  int tile_rows;    // rows of the x ring: min(KH + 7, kRingRows)
+  int x_plane;      // elements per channel of the x tile
+  int filter_row;   // WP: elements per filter row copy (even, >= 9F + 15)
+  int filter_rows;  // filter rows per stage: min(KH, kChunk)
+  int x_bytes;      // offset of the filter stage in shared memory
+  int meta_offset;  // offset of the block's ActiveRange in shared memory (16 bytes)
+  // Block index = (n * tiles_h + tile row) * tiles_w + tile column; the host
+  // keeps the product <= INT32_MAX, so all three fit in 32 bits.
+  uint32_t tiles_w;  // ceil(out_w / 128)
+  uint32_t tiles_h;  // ceil(out_h / 8)
+};
+
+namespace mma_fwd {
+
+// Calls f(std::integral_constant<int, i>) for i in [kBegin, kEnd).
+template <int kBegin, int kEnd, typename F>
+__device__ __forceinline__ void static_for(F&& f) {
+  if constexpr (kBegin < kEnd) {
+    f(std::integral_constant<int, kBegin>{});
+    static_for<kBegin + 1, kEnd>(f);
+  }
+}
+
+// This block's output tile. Recomputed from blockIdx in each phase (a few
+// 32-bit divisions) rather than kept live across the compute phase, which
+// needs 96 of its 128 registers for the accumulators and the A ring.
+struct BlockTile {
+  int64_t n, oh0, col0, channel_base;
+  __device__ __forceinline__ static BlockTile current(const MmaFwdGrid& g) {
+    const uint32_t bx = blockIdx.x;
+    const uint32_t rest = bx / g.tiles_w;
+    BlockTile t;
+    t.col0 = int64_t(bx - rest * g.tiles_w) * MmaFwdTraits::kStripW;
+    t.oh0 = int64_t(rest % g.tiles_h) * MmaFwdTraits::kRows;
+    t.n = rest / g.tiles_h;
+    t.channel_base = int64_t(blockIdx.y) * MmaFwdTraits::kBlockChannels;
+    return t;
+  }
+};
+
+// threadIdx.x through volatile asm: the compiler can neither hoist nor keep it
+// live across loops, so per-lane constants derived from it are recomputed (a
+// few integer ops per fragment) instead of holding registers through the
+// compute phase, where 128 registers are just enough.
+__device__ __forceinline__ unsigned thread_index() {
+  unsigned t;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
+  return t;
+}
+
+// Per-lane constants of the fragment layouts (g = lane / 4, tig = lane % 4).
+struct LaneConsts {
+  int warp;
+  int word;          // A word of column 2tig in segment g: 4g + tig
+  int h0;            // filter element of B[2tig][g] in fragment 0: kFilterPad + 2tig - g (>= 1)
+  uint32_t mask0;    // halves of b0 inside the band
+  uint32_t mask1;    // halves of b1 inside the band
+  __device__ __forceinline__ static LaneConsts make() {
+    const unsigned tid = thread_index();
+    const int lane = tid % 32, gid = lane / 4, tig = lane % 4;
+    // B[j][g] for j = 2tig + {0, 1, 8, 9} is tap 9f + d with d = 2tig - g + {0, 1, 8, 9};
+    // it is inside the band when 0 <= d < 9. d0 = 2tig - g is in [-7, 6], so the
+    // four conditions reduce to these (constant per lane: the MMA sees no divergence).
+    const int d0 = 2 * tig - gid;
+    LaneConsts c;
+    c.warp = tid / 32;
+    c.word = 4 * gid + tig;
+    c.h0 = MmaFwdTraits::kFilterPad + d0;
+    c.mask0 = (d0 >= 0 ? 0x0000ffffu : 0u) | (d0 >= -1 ? 0xffff0000u : 0u);
+    c.mask1 = (d0 <= 0 ? 0x0000ffffu : 0u) | (d0 <= -1 ? 0xffff0000u : 0u);
+    return c;
+  }
+};
+
+// Filter rows [kh_begin, kh_end) and fragments [f_begin, f_end) that touch the
+// image for at least one output of this block. Output row oh0 + r (r < 8) at
+// filter row kh reads input row oh0 - pad_top + r + kh; fragment f reads input
+// columns col0 - pad_left + 9f + [0, 135].
+struct ActiveRange {
+  int kh_begin, kh_end, f_begin, f_end;
+  __device__ __forceinline__ static ActiveRange make(const DwConvParams& p, const MmaFwdGrid& g) {
+    using Tr = MmaFwdTraits;
+    const BlockTile t = BlockTile::current(g);
+    const int64_t ih0 = t.oh0 - p.pad_top, iw0 = t.col0 - p.pad_left;
+    constexpr int64_t kSpan = Tr::kStripW + 7;  // last column a fragment reads: 8 * 15 + 15
+    ActiveRange a;
+    a.kh_begin = int(min(max(-ih0 - (Tr::kRows - 1), int64_t(0)), p.kernel_h));
+    a.kh_end = int(max(min(p.in_h - ih0, p.kernel_h), int64_t(a.kh_begin)));
+    // f >= ceil((-iw0 - kSpan) / 9) and f <= floor((in_w - 1 - iw0) / 9), clamped to [0, F].
+    const int64_t lo = -iw0 - kSpan;
+    const int64_t f_lo = lo <= 0 ? 0 : (lo + Tr::kFrag - 1) / Tr::kFrag;
+    const int64_t hi = p.in_w - 1 - iw0;
+    const int64_t f_hi = hi < 0 ? 0 : hi / Tr::kFrag + 1;
+    a.f_begin = int(min(f_lo, int64_t(g.frags)));
+    a.f_end = int(max(min(f_hi, int64_t(g.frags)), int64_t(a.f_begin)));
+    return a;
+  }
+};
+
+// d += A * B for one m16n8k16 tile; A and B hold raw fp16 or bf16 bits.
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    static_assert(std::is_same_v<T, __nv_bfloat16>, "fp16 or bf16 only");
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats as one 32-bit word of T, the first in the low half.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+// 8 channels [c, c + 8) of one element as 4 words of raw bits, zero where
+// !valid or (scalar path) where the channel is >= C. With kVec, C % 8 == 0, so
+// the group is all in or all out and the address is 16-byte aligned.
+template <bool kVec>
+__device__ __forceinline__ void load8(const uint16_t* __restrict__ src, bool valid, int64_t channels_left,
+                                      uint32_t (&v)[4]) {
+  if constexpr (kVec) {
+    uint4 u = make_uint4(0u, 0u, 0u, 0u);
+    if (valid) u = __ldg(reinterpret_cast<const uint4*>(src));
+    v[0] = u.x, v[1] = u.y, v[2] = u.z, v[3] = u.w;
+  } else {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t lo = valid && 2 * k < channels_left ? uint32_t(__ldg(src + 2 * k)) : 0u;
+      const uint32_t hi = valid && 2 * k + 1 < channels_left ? uint32_t(__ldg(src + 2 * k + 1)) : 0u;
+      v[k] = lo | (hi << 16);
+    }
+  }
+}
+
+// Input tile rows [row_begin, row_end) (tile row i is input row
+// oh0 - pad_top + i, tile column q is input column col0 - pad_left + q) into
+// ring slots i % kRingRows. An item is two adjacent columns x 8 channels: two
+// 16-byte loads, then per channel one 32-bit store of the column pair (the
+// transpose from NHWC).
+template <bool kVec>
+__device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __restrict__ x, const DwConvParams& p,
+                                            const MmaFwdGrid& g, int row_begin, int row_end) {
+  using Tr = MmaFwdTraits;
+  const BlockTile t = BlockTile::current(g);
+  const int64_t ih0 = t.oh0 - p.pad_top, iw0 = t.col0 - p.pad_left;
+  const int64_t n = t.n, channel_base = t.channel_base;
+  const int pairs = g.tile_cols / 2;
+  const int plane_w = g.x_plane / 2;
+  const int items = (row_end - row_begin) * pairs * Tr::kOctets;
+#pragma unroll 1
+  for (int it = threadIdx.x; it < items; it += Tr::kThreads) {
+    // Octet fastest: the lanes of one pixel read its 32 contiguous bytes together.
+    const int octet = it % Tr::kOctets;
+    const int rest = it / Tr::kOctets;
+    const int q = rest % pairs;
+    const int i = row_begin + rest / pairs;
+    const int64_t ih = ih0 + i;
+    const int64_t iw = iw0 + 2 * q;
+    const int64_t c = channel_base + 8 * octet;
+    const bool row_ok = ih >= 0 && ih < p.in_h && c < p.channels;
+    const bool ok0 = row_ok && iw >= 0 && iw < p.in_w;
+    const bool ok1 = row_ok && iw + 1 >= 0 && iw + 1 < p.in_w;
+    const int64_t offset = ((n * p.in_h + ih) * p.in_w + iw) * p.channels + c;
+    uint32_t v0[4], v1[4];
+    load8<kVec>(ok0 ? x + offset : x, ok0, p.channels - c, v0);
+    load8<kVec>(ok1 ? x + offset + p.channels : x, ok1, p.channels - c, v1);
+    uint32_t* dst = xs + 8 * octet * plane_w + (i % Tr::kRingRows) * pairs + q;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      dst[k * plane_w] = __byte_perm(v0[k / 2], v1[k / 2], (k & 1) ? 0x7632 : 0x5410);
+    }
+  }
+}
+
+// Filter rows [k0, k0 + rows) into the stage, both copies (see the file comment).
+template <bool kVec>
+__device__ __forceinline__ void stage_filter(uint16_t* fs, const uint16_t* __restrict__ w, const DwConvParams& p,
+                                             const MmaFwdGrid& g, int64_t k0, int rows) {
+  using Tr = MmaFwdTraits;
+  const int64_t channel_base = int64_t(blockIdx.y) * Tr::kBlockChannels;
+  const int wp = g.filter_row;
+  const int items = rows * wp * Tr::kOctets;
+#pragma unroll 1
+  for (int it = threadIdx.x; it < items; it += Tr::kThreads) {
+    const int octet = it % Tr::kOctets;
+    const int rest = it / Tr::kOctets;
+    const int pos = rest % wp;
+    const int s = rest / wp;
+    const int64_t kw = pos - Tr::kFilterPad;
+    const int64_t c = channel_base + 8 * octet;
+    const bool ok = kw >= 0 && kw < p.kernel_w && c < p.channels;
+    const uint16_t* src = ok ? w + filter_tap(p, k0 + s, kw) * p.channels + c : w;
+    uint32_t v[4];
+    load8<kVec>(src, ok, p.channels - c, v);
+    uint16_t* row = fs + (s * Tr::kBlockChannels + 8 * octet) * 2 * wp;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const uint16_t h = uint16_t(v[k / 2] >> (16 * (k & 1)));
+      row[k * 2 * wp + pos] = h;
+      if (pos > 0) row[k * 2 * wp + wp + pos - 1] = h;
+    }
+  }
+}
+
+// One chunk of kSteps filter rows, fragment f, one channel: the A ring is
+// filled with tile rows k0 .. k0 + 6, then step s loads tile row k0 + s + 7 and
+// runs the 8 MMAs of filter row k0 + s.
+//   xa: this lane's first A word in the ring row of tile row k0, fragment f
+//       applied (word 4g + tig + floor(9f / 2) of the row);
+//   xa_wrap: the same word one row past the last ring slot; the ring rows are
+//       row_w words apart and wrap around after kRingRows rows;
+//   fb: this lane's B word for chunk row 0 (pair starting at tap 9f + 2tig - g);
+//       chunk rows are filter_stride_w words apart.
+// The row pointer advances by one add and a wrap test per load instead of
+// precomputed per-row offsets, which would hold 15 registers the accumulators
+// and the ring need.
+// kOdd: 9f is odd, so each A pair straddles two words and is extracted with a
+// byte permute.
+template <typename T, bool kOdd, int kSteps>
+__device__ __forceinline__ void mma_chunk(float (&acc)[MmaFwdTraits::kRows][4], const uint32_t* xa,
+                                          const uint32_t* xa_wrap, int row_w, const uint32_t* fb,
+                                          int filter_stride_w, uint32_t mask0, uint32_t mask1) {
+  using Tr = MmaFwdTraits;
+  constexpr int R = Tr::kRows;
+  uint32_t ring[R][4];
+  // Fragment layout (row-major A, PTX m16n8k16 .f16/.bf16): register 0 = row g,
+  // columns 2tig..+1; 1 = row g + 8, same columns; 2 = row g, columns 2tig+8..+9;
+  // 3 = row g + 8, columns 2tig+8..+9. Row m is 8 columns (4 words) further
+  // along the strip, so row g + 8 is 32 words on and column + 8 is 4 words on.
+  auto load_a = [&](uint32_t(&a)[4]) {
+    if constexpr (kOdd) {
+      a[0] = __byte_perm(xa[0], xa[1], 0x5432);
+      a[1] = __byte_perm(xa[32], xa[33], 0x5432);
+      a[2] = __byte_perm(xa[4], xa[5], 0x5432);
+      a[3] = __byte_perm(xa[36], xa[37], 0x5432);
+    } else {
+      a[0] = xa[0];
+      a[1] = xa[32];
+      a[2] = xa[4];
+      a[3] = xa[36];
+    }
+    xa += row_w;
+    if (xa >= xa_wrap) xa -= Tr::kRingRows * row_w;
+  };
+#pragma unroll
+  for (int i = 0; i < R - 1; ++i) load_a(ring[i]);
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    load_a(ring[(s + R - 1) % R]);
+    // B fragment: b0 = rows 2tig, 2tig+1 of column g; b1 = rows 2tig+8, 2tig+9.
+    const uint32_t b0 = fb[0] & mask0;
+    const uint32_t b1 = fb[4] & mask1;
+    fb += filter_stride_w;
+#pragma unroll
+    for (int r = 0; r < R; ++r) mma_16816<T>(acc[r], ring[(s + r) % R], b0, b1);
+  }
+}
+
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(MmaFwdTraits::kThreads, 2)
+dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, T* __restrict__ y_ptr,
+                      DwConvParams p, MmaFwdGrid g) {
+  using Tr = MmaFwdTraits;
+  constexpr int R = Tr::kRows;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  uint32_t* xs = reinterpret_cast<uint32_t*>(smem_raw);
+  uint16_t* fs = reinterpret_cast<uint16_t*>(smem_raw + g.x_bytes);
+  const uint16_t* x = reinterpret_cast<const uint16_t*>(x_ptr);
+  const uint16_t* w = reinterpret_cast<const uint16_t*>(w_ptr);
+  uint16_t* y = reinterpret_cast<uint16_t*>(y_ptr);
+
+  const int row_w = g.tile_cols / 2;
+  const int plane_w = g.x_plane / 2;
+  const int wp = g.filter_row;
+  const int filter_stride_w = Tr::kBlockChannels * wp;  // words per chunk row: 16 channels x 2 copies
+
+  float acc[Tr::kWarpChannels][R][4];
+#pragma unroll
+  for (int cc = 0; cc < Tr::kWarpChannels; ++cc)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[cc][r][e] = 0.0f;
+
+  // Filter rows and fragments that read only padding for every output of the
+  // block add nothing: skip them (whole chunks and fragments, block-uniform).
+  // The bounds live in shared memory, reread after each barrier, instead of
+  // taking 4 of the registers the compute phase needs.
+  ActiveRange* active = reinterpret_cast<ActiveRange*>(smem_raw + g.meta_offset);
+  if (threadIdx.x == 0) *active = ActiveRange::make(p, g);
+  __syncthreads();
+  for (int k0 = active->kh_begin; k0 < active->kh_end; k0 += Tr::kChunk) {
+    const int steps = min(Tr::kChunk, active->kh_end - k0);
+    // A chunk reads tile rows [k0, k0 + steps + 7); all but the first 7 are new
+    // unless it is the first. They go to the ring slots of rows k0 - 8 .. k0 - 1,
+    // which only the previous chunk read, and the barrier below its compute has
+    // passed.
+    const int row_begin = k0 == active->kh_begin ? k0 : k0 + R - 1;
+    const int row_end = k0 + steps + R - 1;
+    stage_input<kVec>(xs, x, p, g, row_begin, row_end);
+    stage_filter<kVec>(fs, w, p, g, k0, steps);
+    __syncthreads();
+
+    const int slot0 = k0 % Tr::kRingRows;
+    for (int f = active->f_begin; f < active->f_end; ++f) {
+      const LaneConsts lc = LaneConsts::make();
+      // Offsets of this lane's A and B words within a channel's planes.
+      const int f_word = (Tr::kFrag * f) >> 1;
+      const int a_off = lc.word + f_word + slot0 * row_w;
+      const int wrap_off = lc.word + f_word + Tr::kRingRows * row_w;
+      // Pair (h, h + 1): copy 0 at word h / 2 when h is even, copy 1 (shifted
+      // by one element, wp / 2 words on) at word (h - 1) / 2 when h is odd.
+      const int h = lc.h0 + Tr::kFrag * f;
+      const int b_off = (h >> 1) + (h & 1) * (wp / 2);
+      auto run = [&](auto odd) {
+#pragma unroll
+        for (int cc = 0; cc < Tr::kWarpChannels; ++cc) {
+          const int ch = lc.warp * Tr::kWarpChannels + cc;
+          const uint32_t* xc = xs + ch * plane_w;
+          const uint32_t* fb = reinterpret_cast<const uint32_t*>(fs) + ch * wp + b_off;  // chunk row 0
+          if (steps == Tr::kChunk) {
+            mma_chunk<T, odd.value, Tr::kChunk>(acc[cc], xc + a_off, xc + wrap_off, row_w, fb, filter_stride_w,
+                                                lc.mask0, lc.mask1);
+          } else {
+            static_for<1, Tr::kChunk>([&](auto k) {
+              if (steps == k.value) {
+                mma_chunk<T, odd.value, k.value>(acc[cc], xc + a_off, xc + wrap_off, row_w, fb,
+                                                 filter_stride_w, lc.mask0, lc.mask1);
+              }
+            });
+          }
+        }
+      };
+      if (f & 1) {
+        run(std::true_type{});
+      } else {
+        run(std::false_type{});
+      }
+    }
+    // The next chunk's staging overwrites ring slots and the filter stage; the
+    // output tile below aliases the x tile.
+    __syncthreads();
+  }
+
+  // Accumulators to the output tile [channel][row][128 columns]: C fragment
+  // registers 0, 1 are (row g, columns 2tig, 2tig + 1), registers 2, 3 the same
+  // columns of row g + 8, i.e. output columns 8g + 2tig (+1) and 64 + 8g + 2tig (+1).
+  uint32_t* os = xs;
+  constexpr int kOutPlaneW = Tr::kOutPlane / 2;
+  constexpr int kOutRowW = Tr::kStripW / 2;
+  const LaneConsts lc = LaneConsts::make();
+#pragma unroll
+  for (int cc = 0; cc < Tr::kWarpChannels; ++cc) {
+    uint32_t* dst = os + (lc.warp * Tr::kWarpChannels + cc) * kOutPlaneW + lc.word;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      dst[r * kOutRowW] = pack2<T>(acc[cc][r][0], acc[cc][r][1]);
+      dst[r * kOutRowW + 32] = pack2<T>(acc[cc][r][2], acc[cc][r][3]);
+    }
+  }
+  __syncthreads();
+
+  // Output tile to NHWC: an item is two adjacent columns x 8 channels.
+  const BlockTile t = BlockTile::current(g);
+  constexpr int kPairs = Tr::kStripW / 2;
+  constexpr int kItems = R * kPairs * Tr::kOctets;
+#pragma unroll 2
+  for (int it = threadIdx.x; it < kItems; it += Tr::kThreads) {
+    const int octet = it % Tr::kOctets;
+    const int q = (it / Tr::kOctets) % kPairs;
+    const int r = it / (Tr::kOctets * kPairs);
+    const int64_t oh = t.oh0 + r;
+    const int64_t ow = t.col0 + 2 * q;
+    const int64_t c = t.channel_base + 8 * octet;
+    if (oh >= p.out_h || ow >= p.out_w || c >= p.channels) continue;
+    const uint32_t* src = os + 8 * octet * kOutPlaneW + r * kOutRowW + q;
+    uint32_t v[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = src[k * kOutPlaneW];
+    uint16_t* dst = y + ((t.n * p.out_h + oh) * p.out_w + ow) * p.channels + c;
+    const bool second = ow + 1 < p.out_w;
+    if constexpr (kVec) {
+      uint4 lo, hi;
+      lo.x = __byte_perm(v[0], v[1], 0x5410), hi.x = __byte_perm(v[0], v[1], 0x7632);
+      lo.y = __byte_perm(v[2], v[3], 0x5410), hi.y = __byte_perm(v[2], v[3], 0x7632);
+      lo.z = __byte_perm(v[4], v[5], 0x5410), hi.z = __byte_perm(v[4], v[5], 0x7632);
+      lo.w = __byte_perm(v[6], v[7], 0x5410), hi.w = __byte_perm(v[6], v[7], 0x7632);
+      *reinterpret_cast<uint4*>(dst) = lo;
+      if (second) *reinterpret_cast<uint4*>(dst + p.channels) = hi;
+    } else {
+      const int64_t valid = p.channels - c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        if (k < valid) {
+          dst[k] = uint16_t(v[k]);
+          if (second) dst[p.channels + k] = uint16_t(v[k] >> 16);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace mma_fwd
+}  // namespace flashdwc

@@ -1,0 +1,21 @@
+// Forward depthwise convolution on tensor cores (fp16/bf16 inputs, fp32
+// accumulation): the GEMV-to-GEMM kernel of fwd_mma.cuh.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "dwconv/params.h"
+
+namespace flashdwc {
+
+// True when launch_fwd_mma can run this problem (stride 1, dilation 1, sizes within the kernel's limits).
+bool fwd_mma_supports(const DwConvParams& p);
+
+// y = conv(x, w) with T = __half or __nv_bfloat16; enqueues on `stream`, never
+// synchronizes. Call only when fwd_mma_supports(p).
+template <typename T>
+cudaError_t launch_fwd_mma(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream);
+
+}  // namespace flashdwc

@@ -1,0 +1,272 @@
+// Standalone GPU check of launch_fwd_mma against a CPU fp32 reference.
+// Build (from the repository root):
+//   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc \
+//        tests/cuda/check_fwd_mma.cu csrc/dwconv/fwd_mma.cu -o check_fwd_mma
+// Run: ./check_fwd_mma   (--big adds a > 2^31-element sampled case; --time times
+// the kernel on the benchmark's bf16 points, median of 20 calls after warm-up)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "dwconv/fwd_mma.h"
+
+using flashdwc::DwConvParams;
+
+#define CK(x)                                                                                 \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
+      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
+      std::exit(2);                                                                           \
+    }                                                                                         \
+  } while (0)
+
+template <typename T> float tof(T v);
+template <> float tof<__half>(__half v) { return __half2float(v); }
+template <> float tof<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> T fromf(float v);
+template <> __half fromf<__half>(float v) { return __float2half_rn(v); }
+template <> __nv_bfloat16 fromf<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <typename T> constexpr double unit_roundoff() { return std::is_same_v<T, __half> ? 1.0 / 2048 : 1.0 / 256; }
+
+struct Shape {
+  const char* name;
+  int64_t n, h, w, c, kh, kw, pad_top, pad_left, out_h, out_w;
+  bool flip;
+};
+
+// "SAME" output with the usual TF padding.
+Shape same(const char* name, int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw, bool flip = false) {
+  return {name, n, h, w, c, kh, kw, (kh - 1) / 2, (kw - 1) / 2, h, w, flip};
+}
+Shape valid(const char* name, int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw) {
+  return {name, n, h, w, c, kh, kw, 0, 0, h - kh + 1, w - kw + 1, false};
+}
+
+DwConvParams params_of(const Shape& s) {
+  DwConvParams p{};
+  p.batch = s.n, p.in_h = s.h, p.in_w = s.w, p.out_h = s.out_h, p.out_w = s.out_w, p.channels = s.c;
+  p.kernel_h = s.kh, p.kernel_w = s.kw, p.stride_h = 1, p.stride_w = 1, p.pad_top = s.pad_top;
+  p.pad_left = s.pad_left, p.dilation_h = 1, p.dilation_w = 1, p.flip_filter = s.flip;
+  return p;
+}
+
+// Reference for one output element; also returns sum |x * w| for the tolerance.
+template <typename T>
+double ref_at(const DwConvParams& p, const std::vector<T>& x, const std::vector<T>& w, int64_t n, int64_t oh,
+              int64_t ow, int64_t c, double* mag) {
+  double acc = 0, m = 0;
+  for (int64_t kh = 0; kh < p.kernel_h; ++kh) {
+    const int64_t ih = oh - p.pad_top + kh;
+    if (ih < 0 || ih >= p.in_h) continue;
+    for (int64_t kw = 0; kw < p.kernel_w; ++kw) {
+      const int64_t iw = ow - p.pad_left + kw;
+      if (iw < 0 || iw >= p.in_w) continue;
+      const double xv = tof(x[((n * p.in_h + ih) * p.in_w + iw) * p.channels + c]);
+      const double wv = tof(w[flashdwc::filter_tap(p, kh, kw) * p.channels + c]);
+      acc += xv * wv;
+      m += std::fabs(xv * wv);
+    }
+  }
+  *mag = m;
+  return acc;
+}
+
+constexpr size_t kGuardBytes = 256;  // keeps 16-byte alignment of the tensor inside
+constexpr uint8_t kCanary = 0xA5;
+
+template <typename T>
+bool run_shape(const Shape& s, std::mt19937& rng, int64_t samples) {
+  const DwConvParams p = params_of(s);
+  if (!flashdwc::fwd_mma_supports(p)) {
+    std::printf("  %-28s %s: NOT SUPPORTED (unexpected)\n", s.name, std::is_same_v<T, __half> ? "f16" : "bf16");
+    return false;
+  }
+  const int64_t nx = p.batch * p.in_h * p.in_w * p.channels;
+  const int64_t nw = p.kernel_h * p.kernel_w * p.channels;
+  const int64_t ny = p.batch * p.out_h * p.out_w * p.channels;
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<T> hx(nx), hw(nw), hy(ny);
+  for (auto& v : hx) v = fromf<T>(u(rng));
+  for (auto& v : hw) v = fromf<T>(u(rng));
+
+  uint8_t *dx, *dw, *dy;
+  CK(cudaMalloc(&dx, nx * sizeof(T)));
+  CK(cudaMalloc(&dw, nw * sizeof(T)));
+  CK(cudaMalloc(&dy, ny * sizeof(T) + 2 * kGuardBytes));
+  CK(cudaMemcpy(dx, hx.data(), nx * sizeof(T), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dw, hw.data(), nw * sizeof(T), cudaMemcpyHostToDevice));
+  CK(cudaMemset(dy, kCanary, kGuardBytes));
+  CK(cudaMemset(dy + kGuardBytes, 0xFF, ny * sizeof(T)));  // 0xFFFF is NaN in fp16 and bf16
+  CK(cudaMemset(dy + kGuardBytes + ny * sizeof(T), kCanary, kGuardBytes));
+  T* y = reinterpret_cast<T*>(dy + kGuardBytes);
+
+  CK(flashdwc::launch_fwd_mma<T>(p, reinterpret_cast<const T*>(dx), reinterpret_cast<const T*>(dw), y, 0));
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(hy.data(), y, ny * sizeof(T), cudaMemcpyDeviceToHost));
+  std::vector<uint8_t> guard(2 * kGuardBytes);
+  CK(cudaMemcpy(guard.data(), dy, kGuardBytes, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(guard.data() + kGuardBytes, dy + kGuardBytes + ny * sizeof(T), kGuardBytes, cudaMemcpyDeviceToHost));
+  CK(cudaFree(dx));
+  CK(cudaFree(dw));
+  CK(cudaFree(dy));
+
+  bool ok = true;
+  for (uint8_t b : guard) ok &= b == kCanary;
+  if (!ok) std::printf("  %s: guard bytes around y were overwritten\n", s.name);
+
+  int64_t bad = 0, checked = 0;
+  double worst = 0;
+  auto check_one = [&](int64_t idx) {
+    const int64_t c = idx % p.channels;
+    const int64_t ow = (idx / p.channels) % p.out_w;
+    const int64_t oh = (idx / p.channels / p.out_w) % p.out_h;
+    const int64_t n = idx / p.channels / p.out_w / p.out_h;
+    double mag;
+    const double r = ref_at(p, hx, hw, n, oh, ow, c, &mag);
+    const double got = tof(hy[idx]);
+    const double tol = 1.01 * unit_roundoff<T>() * std::fabs(r) + 1e-5 * mag + 1e-6;
+    const double err = std::fabs(got - r);
+    ++checked;
+    if (!(err <= tol)) {  // also catches NaN
+      if (bad < 5) {
+        std::printf("    mismatch n=%lld oh=%lld ow=%lld c=%lld: got %g want %g\n", (long long)n, (long long)oh,
+                    (long long)ow, (long long)c, got, r);
+      }
+      ++bad;
+    }
+    if (err == err && mag > 0) worst = std::max(worst, err / (std::fabs(r) + mag * 1e-3));
+  };
+  if (samples <= 0 || samples >= ny) {
+    for (int64_t i = 0; i < ny; ++i) check_one(i);
+  } else {
+    std::uniform_int_distribution<int64_t> pick(0, ny - 1);
+    for (int64_t i = 0; i < samples; ++i) check_one(pick(rng));
+    check_one(0);
+    check_one(ny - 1);
+  }
+  ok &= bad == 0;
+  std::printf("  %-28s %-4s %s  (%lld checked, %lld bad, worst scaled err %.3g)\n", s.name,
+              std::is_same_v<T, __half> ? "f16" : "bf16", ok ? "ok  " : "FAIL", (long long)checked, (long long)bad,
+              worst);
+  return ok;
+}
+
+template <typename T>
+__global__ void fill_uniform(T* p, int64_t n, unsigned seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    unsigned h = unsigned(i) * 2654435761u ^ seed;
+    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
+    p[i] = T(float(h) * (2.0f / 4294967296.0f) - 1.0f);
+  }
+}
+
+// Median time of launch_fwd_mma over 20 calls after 3 warm-up calls, on random bf16.
+void time_point(int64_t n, int64_t h, int64_t w, int64_t c, int64_t k) {
+  DwConvParams p{};
+  p.batch = n, p.in_h = p.out_h = h, p.in_w = p.out_w = w, p.channels = c;
+  p.kernel_h = p.kernel_w = k, p.stride_h = p.stride_w = p.dilation_h = p.dilation_w = 1;
+  p.pad_top = p.pad_left = (k - 1) / 2;
+  const int64_t elems = n * h * w * c;
+  __nv_bfloat16 *x, *wt, *y;
+  CK(cudaMalloc(&x, elems * 2));
+  CK(cudaMalloc(&y, elems * 2));
+  CK(cudaMalloc(&wt, k * k * c * 2));
+  fill_uniform<<<1024, 256>>>(x, elems, 1u);
+  fill_uniform<<<1024, 256>>>(wt, k * k * c, 2u);
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) CK(flashdwc::launch_fwd_mma(p, x, wt, y, nullptr));
+  std::vector<float> ms;
+  for (int i = 0; i < 20; ++i) {
+    CK(cudaEventRecord(a));
+    CK(flashdwc::launch_fwd_mma(p, x, wt, y, nullptr));
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float t;
+    CK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  const double med = ms[ms.size() / 2];
+  std::printf("  time bf16 %lldx%lldx%lldx%lld k%lld: %.3f ms  %.1f TFLOP/s  %.0f GB/s\n", (long long)n,
+              (long long)h, (long long)w, (long long)c, (long long)k, med, 2.0 * elems * k * k / med / 1e9,
+              2.0 * elems * 2 / med / 1e6);
+  CK(cudaFree(x));
+  CK(cudaFree(y));
+  CK(cudaFree(wt));
+}
+
+int main(int argc, char** argv) {
+  const bool big = argc > 1 && std::strcmp(argv[1], "--big") == 0;
+  if (argc > 1 && std::strcmp(argv[1], "--time") == 0) {
+    for (int64_t k : {3, 7, 13, 17, 31, 51}) time_point(128, 64, 64, 256, k);
+    for (int64_t k : {7, 31}) time_point(128, 128, 128, 128, k);
+    for (int64_t k : {7, 31}) time_point(128, 32, 32, 1024, k);
+    return 0;
+  }
+  std::mt19937 rng(1234);
+  std::vector<Shape> shapes = {
+      same("k3 same C16 W130", 2, 17, 130, 16, 3, 3),
+      same("k3 same C96 W7", 2, 9, 7, 96, 3, 3),
+      same("k7 same C96", 2, 20, 20, 96, 7, 7),
+      same("k9 same C13 W7", 3, 11, 7, 13, 9, 9),
+      valid("k13 valid C16 W140", 1, 30, 140, 16, 13, 13),
+      same("k31 same C16", 1, 40, 40, 16, 31, 31),
+      same("k31 same C40 W130", 1, 33, 130, 40, 31, 31),
+      same("51x5 same C24", 1, 60, 33, 24, 51, 5),
+      same("5x51 same C8 W200", 1, 9, 200, 8, 5, 51),
+      same("k1 C16", 2, 5, 129, 16, 1, 1),
+      same("17x10 same C16", 1, 37, 131, 16, 17, 10),
+      same("10x17 same C13", 1, 19, 70, 13, 10, 17),
+      same("k3 flip C16", 2, 17, 130, 16, 3, 3, true),
+      same("7x5 flip C21", 1, 23, 45, 21, 7, 5, true),
+      // Partial windows: padding larger than the filter needs, outputs past the input.
+      {"3x7 partial C16", 2, 12, 100, 16, 3, 7, 2, 9, 16, 110, false},
+      // Cropping: negative padding.
+      {"5x5 crop C16", 1, 20, 150, 16, 5, 5, -2, -3, 12, 140, false},
+      // Outputs entirely outside the input.
+      {"3x3 far pad C16", 1, 4, 5, 16, 3, 3, 20, 200, 30, 260, false},
+      // Fragments and filter rows skipped for blocks whose windows miss the image.
+      {"2x127 shifted C16", 1, 3, 40, 16, 2, 127, 0, 150, 3, 200, false},
+      {"1x18 fragment edge C16", 1, 2, 10, 16, 1, 18, 0, 144, 2, 130, false},
+      {"3x127 W20 C16", 1, 4, 20, 16, 3, 127, 1, 63, 4, 20, false},
+      {"29x3 tall pad C16", 2, 6, 10, 16, 29, 3, 20, 1, 30, 10, false},
+      same("k63 same C16", 1, 70, 70, 16, 63, 63),
+      same("3x127 same C16", 1, 10, 300, 16, 3, 127),
+      same("k3 C4000", 1, 9, 9, 4000, 3, 3),
+  };
+  bool ok = true;
+  for (const Shape& s : shapes) {
+    ok &= run_shape<__half>(s, rng, 0);
+    ok &= run_shape<__nv_bfloat16>(s, rng, 0);
+  }
+  {
+    // Rejected geometry.
+    DwConvParams p = params_of(same("s2", 1, 8, 8, 16, 3, 3));
+    p.stride_w = 2;
+    if (flashdwc::fwd_mma_supports(p)) {
+      std::printf("  stride 2 accepted (unexpected)\n");
+      ok = false;
+    }
+  }
+  if (big) {
+    // More than 2^31 elements in x and y: 64-bit addressing; sampled reference.
+    const Shape s = same("big 2^31+ k7 C2056", 1, 1024, 1040, 2056, 7, 7);
+    ok &= run_shape<__half>(s, rng, 20000);
+  }
+  std::printf(ok ? "ALL OK\n" : "FAILURES\n");
+  return ok ? 0 : 1;
+}
