@@ -35,3 +35,22 @@ def test_forward_dispatch_limits():
   assert native.cuda_forward_kernel(channels=64, out_w=64, kernel_w=513, stride_w=1, dilation_w=1) == "direct"
   assert native.cuda_forward_kernel(channels=64, out_w=64, kernel_w=7, stride_w=3, dilation_w=1) == "direct"
   assert native.cuda_forward_kernel(channels=64, out_w=64, kernel_w=7, stride_w=1, dilation_w=2) == "direct"
+
+
+@pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
+def test_half_precision_forward_goes_to_tensor_cores_from_k7():
+  import jax
+
+  try:
+    has_gpu = bool(jax.devices("gpu"))
+  except RuntimeError:
+    has_gpu = False
+  if not has_gpu:
+    pytest.skip("the tensor-core kernel checks the device's shared memory; no GPU present")
+  native = _ffi._jax_flashdwc
+  pick = lambda kw, sw=1, half=True: native.cuda_forward_kernel(channels=64, out_w=64, kernel_w=kw, stride_w=sw,
+                                                               dilation_w=1, half_precision=half)
+  assert pick(7) == pick(31) == pick(63) == "mma"
+  assert pick(3) == pick(5) == "gemv"
+  assert pick(7, sw=2) == "gemv"
+  assert pick(31, half=False) == "gemv"

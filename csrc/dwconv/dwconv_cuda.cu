@@ -1,11 +1,13 @@
 // Launchers for the CUDA kernels: kernel choice, grid computation, launch.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "dwconv/bwd_filter_split.cuh"
 #include "dwconv/direct_kernels.cuh"
 #include "dwconv/dwconv_cuda.h"
 #include "dwconv/fwd_gemv.cuh"
+#include "dwconv/fwd_mma.h"
 
 namespace flashdwc {
 namespace {
@@ -59,7 +61,8 @@ cudaError_t launch_fwd_gemv(const DwConvParams& p, const T* x, const T* w, T* y,
   constexpr int kTM = GemvConfig<kStride>::kTM;
   GemvFwdGrid grid;
   grid.segments_per_row = (p.out_w + kTM - 1) / kTM;
-  grid.segments = p.batch * p.out_h * grid.segments_per_row;
+  grid.rows = p.batch * p.out_h;
+  grid.segments = (grid.rows + Tr::kRowsPerWarp - 1) / Tr::kRowsPerWarp * Tr::kRowsPerWarp * grid.segments_per_row;
   const int64_t row_bytes = p.kernel_w * Tr::kBlockChannels * int64_t(sizeof(T));
   grid.rows_per_stage = std::clamp<int64_t>(kGemvStageBytes / row_bytes, 1, p.kernel_h);
   const dim3 blocks(unsigned((grid.segments + Tr::kSegments - 1) / Tr::kSegments),
@@ -86,10 +89,18 @@ cudaError_t launch_fwd_gemv_stride(const DwConvParams& p, const T* x, const T* w
 
 }  // namespace
 
-FwdKernel select_fwd_kernel(const DwConvParams& p) {
+// Narrowest filter the tensor-core kernel takes. Measured on the H200, bf16
+// 128x64x64x256 (tests/cuda/check_fwd_mma.cu --time against the GEMV kernel):
+// k = 3 0.733 ms vs 0.548 ms (GEMV wins), k = 7 0.822 vs 1.437, k = 31 3.92 vs 13.7.
+// k = 5 was not measured; it stays on the GEMV kernel.
+constexpr int64_t kMmaMinKernelW = 7;
+
+FwdKernel select_fwd_kernel(const DwConvParams& p, bool half_precision) {
   using Tr = GemvFwdTraits;
+  if (half_precision && p.kernel_w >= kMmaMinKernelW && fwd_mma_supports(p)) return FwdKernel::kMma;
   const int64_t tm = p.stride_w == 1 ? GemvConfig<1>::kTM : GemvConfig<2>::kTM;
-  const int64_t segments = p.batch * p.out_h * ((p.out_w + tm - 1) / tm);
+  const int64_t segments = (p.batch * p.out_h + Tr::kRowsPerWarp - 1) / Tr::kRowsPerWarp * Tr::kRowsPerWarp *
+                           ((p.out_w + tm - 1) / tm);
   const bool gemv = (p.stride_w == 1 || p.stride_w == 2) && p.dilation_w == 1 &&
                     p.kernel_w <= kGemvMaxKernelW &&
                     (p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels <= 65535 &&
@@ -99,7 +110,11 @@ FwdKernel select_fwd_kernel(const DwConvParams& p) {
 
 template <typename T>
 cudaError_t run_dwconv_fwd(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream) {
-  if (select_fwd_kernel(p) == FwdKernel::kDirect) return launch_fwd_direct(p, x, w, y, stream);
+  const FwdKernel kernel = select_fwd_kernel(p, !std::is_same_v<T, float>);
+  if constexpr (!std::is_same_v<T, float>) {
+    if (kernel == FwdKernel::kMma) return launch_fwd_mma(p, x, w, y, stream);
+  }
+  if (kernel == FwdKernel::kDirect) return launch_fwd_direct(p, x, w, y, stream);
   return p.stride_w == 1 ? launch_fwd_gemv_stride<T, 1>(p, x, w, y, stream)
                          : launch_fwd_gemv_stride<T, 2>(p, x, w, y, stream);
 }

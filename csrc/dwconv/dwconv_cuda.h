@@ -13,11 +13,13 @@ namespace flashdwc {
 // The forward kernels, fastest first; select_fwd_kernel returns the first whose
 // constraints the problem meets.
 enum class FwdKernel {
+  kMma,     // fwd_mma.cuh: fp16/bf16, stride 1, dilation 1, KW >= 7 (fwd_mma_supports)
   kGemv,    // fwd_gemv.cuh: stride_w 1 or 2, dilation_w 1, KW <= 512
   kDirect,  // direct_kernels.cuh: anything
 };
 
-FwdKernel select_fwd_kernel(const DwConvParams& p);
+// `half_precision`: the inputs are fp16 or bf16, which the tensor-core kernel takes.
+FwdKernel select_fwd_kernel(const DwConvParams& p, bool half_precision);
 
 // y = conv(x, w). T is float, __half or __nv_bfloat16.
 template <typename T>

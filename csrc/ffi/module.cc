@@ -48,7 +48,8 @@ NB_MODULE(_jax_flashdwc, m) {
   // check that each kernel is exercised, without a GPU.
   m.def(
       "cuda_forward_kernel",
-      [](int64_t channels, int64_t out_w, int64_t kernel_w, int64_t stride_w, int64_t dilation_w) {
+      [](int64_t channels, int64_t out_w, int64_t kernel_w, int64_t stride_w, int64_t dilation_w,
+         bool half_precision) {
         flashdwc::DwConvParams p{};
         p.batch = p.out_h = p.in_h = p.kernel_h = p.stride_h = p.dilation_h = 1;
         p.channels = channels;
@@ -57,9 +58,16 @@ NB_MODULE(_jax_flashdwc, m) {
         p.kernel_w = kernel_w;
         p.stride_w = stride_w;
         p.dilation_w = dilation_w;
-        return flashdwc::select_fwd_kernel(p) == flashdwc::FwdKernel::kGemv ? "gemv" : "direct";
+        p.out_h = p.in_h = 64;
+        switch (flashdwc::select_fwd_kernel(p, half_precision)) {
+          case flashdwc::FwdKernel::kMma: return "mma";
+          case flashdwc::FwdKernel::kGemv: return "gemv";
+          case flashdwc::FwdKernel::kDirect: return "direct";
+        }
+        return "direct";
       },
-      nb::arg("channels"), nb::arg("out_w"), nb::arg("kernel_w"), nb::arg("stride_w"), nb::arg("dilation_w"));
+      nb::arg("channels"), nb::arg("out_w"), nb::arg("kernel_w"), nb::arg("stride_w"), nb::arg("dilation_w"),
+      nb::arg("half_precision") = false);
   // Bytes of the fp32 workspace the CUDA filter gradient needs; the lowering adds
   // a result of that size to the custom call, so XLA owns the memory (also inside
   // command buffers).
