@@ -1,0 +1,63 @@
+// Kernel-level timing of run_dwconv_fwd (the dispatcher, no JAX) at benchmark
+// points, fp32 and bf16: median of 20 launches after 3 warm-up, cudaEvent timed,
+// U(-1, 1) data filled on the device. Used for A/B tests of kernel variants,
+// where building the JAX extension twice would cost more device time.
+// Build (from the repository root) and run:
+//   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc \
+//        benchmarks/cuda/time_fwd.cu csrc/dwconv/dwconv_cuda.cu csrc/dwconv/fwd_mma.cu -o time_fwd
+//   ./time_fwd <tag>
+#include <cuda_bf16.h>
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <vector>
+#include "dwconv/dwconv_cuda.h"
+using flashdwc::DwConvParams;
+template <typename T>
+__global__ void fill_uniform(T* p, int64_t n, unsigned seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    unsigned h = unsigned(i) * 2654435761u ^ seed;
+    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
+    p[i] = T(float(h) * (2.0f / 4294967296.0f) - 1.0f);
+  }
+}
+template <typename T>
+void point(const char* tag, int64_t n, int64_t h, int64_t w, int64_t c, int64_t k, int64_t s) {
+  DwConvParams p{};
+  p.batch = n, p.in_h = h, p.in_w = w, p.channels = c, p.kernel_h = p.kernel_w = k;
+  p.stride_h = p.stride_w = s, p.dilation_h = p.dilation_w = 1;
+  p.out_h = (h + s - 1) / s, p.out_w = (w + s - 1) / s;
+  int64_t ph = std::max<int64_t>((p.out_h - 1) * s + k - h, 0), pw = std::max<int64_t>((p.out_w - 1) * s + k - w, 0);
+  p.pad_top = ph / 2, p.pad_left = pw / 2;
+  const int64_t xe = n * h * w * c, ye = n * p.out_h * p.out_w * c;
+  T *x, *wt, *y;
+  cudaMalloc(&x, xe * sizeof(T)); cudaMalloc(&y, ye * sizeof(T)); cudaMalloc(&wt, k * k * c * sizeof(T));
+  fill_uniform<<<1024, 256>>>(x, xe, 1u);
+  fill_uniform<<<1024, 256>>>(wt, k * k * c, 2u);
+  cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
+  for (int i = 0; i < 3; ++i) flashdwc::run_dwconv_fwd(p, x, wt, y, nullptr);
+  std::vector<float> ms;
+  for (int i = 0; i < 20; ++i) {
+    cudaEventRecord(a); flashdwc::run_dwconv_fwd(p, x, wt, y, nullptr); cudaEventRecord(b);
+    cudaEventSynchronize(b); float t; cudaEventElapsedTime(&t, a, b); ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  std::printf("%s %s %lldx%lldx%lldx%lld k%lld s%lld %.3f ms %.1f TF/s %s\n", tag, sizeof(T) == 4 ? "f32" : "bf16",
+              (long long)n, (long long)h, (long long)w, (long long)c, (long long)k, (long long)s, ms[10],
+              2.0 * ye * k * k / ms[10] / 1e9, cudaGetErrorString(cudaGetLastError()));
+  cudaFree(x); cudaFree(y); cudaFree(wt);
+}
+int main(int argc, char** argv) {
+  const char* tag = argv[1];
+  for (int k : {3, 7, 13, 31, 51}) point<float>(tag, 128, 64, 64, 256, k, 1);
+  for (int k : {3, 13, 31}) point<float>(tag, 128, 128, 128, 128, k, 1);
+  for (int k : {3, 13, 51}) point<float>(tag, 128, 32, 32, 1024, k, 1);
+  point<float>(tag, 128, 56, 56, 96, 7, 1);
+  point<float>(tag, 128, 56, 56, 128, 31, 1);
+  point<float>(tag, 128, 112, 112, 96, 3, 2);
+  point<float>(tag, 128, 56, 56, 144, 3, 2);
+  for (int k : {3, 7, 13, 17, 31, 51}) point<__nv_bfloat16>(tag, 128, 64, 64, 256, k, 1);
+  for (int k : {7, 31}) point<__nv_bfloat16>(tag, 128, 128, 128, 128, k, 1);
+  for (int k : {7, 31}) point<__nv_bfloat16>(tag, 128, 32, 32, 1024, k, 1);
+  return 0;
+}
