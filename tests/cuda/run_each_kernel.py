@@ -1,0 +1,49 @@
+"""Runs every CUDA kernel family once, at small shapes, for compute-sanitizer.
+
+  compute-sanitizer --tool memcheck --kernel-name kns=dwconv_ python3 tests/cuda/run_each_kernel.py
+
+(.ci/gpu sanitize runs all four tools.) Each call is checked against XLA so that a
+kernel the sanitizer passes is also known to have run.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_flashdwc import depthwise_conv2d
+
+# (N, H, W, C, KH, KW, strides, dilation, dtype): which kernels each reaches.
+CASES = [
+    (2, 19, 37, 40, 7, 7, 1, 1, jnp.float32),     # GEMV fwd, stride-1 bwd_data on GEMV, split bwd_filter
+    (2, 19, 37, 42, 5, 5, 2, 1, jnp.float32),     # GEMV stride 2, direct bwd_data, split bwd_filter (stride 2)
+    (1, 17, 140, 24, 9, 9, 1, 1, jnp.bfloat16),   # tensor-core fwd and bwd_data, 2 strips, masked channels
+    (1, 40, 40, 16, 31, 31, 1, 1, jnp.float16),   # tensor-core fwd with several filter chunks
+    (2, 11, 13, 6, 3, 3, 3, 2, jnp.float32),      # direct fwd, direct bwd_data, direct bwd_filter
+    (1, 9, 10, 5, 3, 4, 1, 1, jnp.float32),       # scalar (C % 4 != 0) paths
+]
+
+
+def main():
+  key = jax.random.key(0)
+  for n, h, w, c, kh, kw, s, d, dtype in CASES:
+    kx, kk, kd, key = jax.random.split(key, 4)
+    x = jax.random.uniform(kx, (n, h, w, c), jnp.float32, -1, 1).astype(dtype)
+    k = jax.random.uniform(kk, (kh, kw, 1, c), jnp.float32, -1, 1).astype(dtype)
+    for deterministic in (False, True):
+      def f(x, k, impl):
+        return depthwise_conv2d(x, k, strides=s, kernel_dilation=d, implementation=impl,
+                                deterministic=deterministic)
+      y, vjp = jax.vjp(lambda x, k: f(x, k, "flashdwc"), x, k)
+      dy = jax.random.uniform(kd, y.shape, jnp.float32, -1, 1).astype(dtype)
+      ours = (y, *vjp(dy))
+      y_ref, vjp_ref = jax.vjp(lambda x, k: f(x, k, "xla"), x, k)
+      ref = (y_ref, *vjp_ref(dy))
+      for name, a, b in zip(("y", "dx", "dw"), ours, ref):
+        a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+        err = np.abs(a - b).max() / max(np.abs(b).max(), 1e-6)
+        assert err < 5e-2, (name, (n, h, w, c, kh, kw, s, d, dtype), err)
+    print(f"ok {n}x{h}x{w}x{c} k{kh}x{kw} s{s} d{d} {jnp.dtype(dtype).name}")
+
+
+if __name__ == "__main__":
+  main()
