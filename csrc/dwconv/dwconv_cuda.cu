@@ -132,9 +132,22 @@ cudaError_t run_dwconv_bwd_data(const DwConvParams& p, const T* dy, const T* w, 
 
 namespace {
 
-// Taps per thread in the backward-filter split kernel: 8 like the forward's TM,
-// 4 for filters at most 4 wide, which would leave half of an 8-tap tile idle.
-int bwd_filter_tm(const DwConvParams& p) { return p.kernel_w <= 4 ? 4 : 8; }
+// Taps per thread (TM) in the backward-filter split kernel, the paper's flexible
+// tiling: a filter row of KW taps takes ceil(KW / TM) tiles of TM taps, and a tile
+// costs about TM FMA steps plus 2 for its loads per output column. The TM that
+// minimizes tiles x (TM + 2) wastes least: 9 -> 5 (10 taps computed; TM = 8
+// computed 16, and k = 9 measured 6.8 ms against 2.6 ms at k = 7 on
+// 128x128x128x128), 13, 17, 21 -> 7, 31, 51 -> 8. TM = 9 is left out: it spills
+// 148-256 bytes under the 128-register cap, TM = 7 spills 32.
+int bwd_filter_tm(const DwConvParams& p) {
+  int best = 8;
+  int64_t best_cost = INT64_MAX;
+  for (int tm : {8, 7, 5, 4}) {  // ties go to the larger TM, fewer loads per FMA
+    const int64_t cost = (p.kernel_w + tm - 1) / tm * (tm + 2);
+    if (cost < best_cost) best = tm, best_cost = cost;
+  }
+  return best;
+}
 
 // Blocks the split kernel aims for: 4 waves of 132 SMs x 4 resident blocks, so
 // that the last wave's tail costs little. Z (the chunks of the N * Ho rows) is
@@ -223,8 +236,13 @@ cudaError_t run_dwconv_bwd_filter(const DwConvParams& p, const T* x, const T* dy
       return err;
     }
   }
-  const cudaError_t err = bwd_filter_tm(p) == 4 ? launch_bwd_filter_split_tm<T, 4>(p, g, x, dy, workspace, stream)
-                                                : launch_bwd_filter_split_tm<T, 8>(p, g, x, dy, workspace, stream);
+  cudaError_t err;
+  switch (bwd_filter_tm(p)) {
+    case 4: err = launch_bwd_filter_split_tm<T, 4>(p, g, x, dy, workspace, stream); break;
+    case 5: err = launch_bwd_filter_split_tm<T, 5>(p, g, x, dy, workspace, stream); break;
+    case 7: err = launch_bwd_filter_split_tm<T, 7>(p, g, x, dy, workspace, stream); break;
+    default: err = launch_bwd_filter_split_tm<T, 8>(p, g, x, dy, workspace, stream); break;
+  }
   if (err != cudaSuccess) return err;
   const int64_t slices = g.atomic ? 1 : bwd_filter_splits(g);
   dwconv_bwd_filter_finalize_kernel<T><<<direct_grid(count), kDirectThreads, 0, stream>>>(workspace, dw, count,
