@@ -2,7 +2,8 @@
 
   python -m jax_flashdwc.selftest
 
-Runs the forward pass, the input gradient and the filter gradient, in float32,
+Runs the forward pass, the input gradient and the filter gradient (also in its
+deterministic mode, which must repeat bit for bit), in float32,
 float16 and bfloat16, on a few problems that reach every kernel (tiled and direct,
 strides 1 to 3, dilation, odd channel counts), each against lax.conv_general_dilated
 at HIGHEST precision in float32. Prints one line per check and exits with status 1
@@ -31,6 +32,8 @@ PROBLEMS = [
     ("k5 stride 3, dilation 2", (1, 19, 21, 6), (5, 5), 3, ((2, 1), (0, 3)), 2),
 ]
 DTYPES = (jnp.float32, jnp.float16, jnp.bfloat16)
+# The deterministic filter gradient must also repeat bit for bit.
+PASSES = ("fwd", "bwd_data", "bwd_filter", "bwd_filter deterministic")
 EPS = {jnp.dtype(jnp.float32): 2.0**-23, jnp.dtype(jnp.float16): 2.0**-10, jnp.dtype(jnp.bfloat16): 2.0**-7}
 
 
@@ -54,20 +57,29 @@ def check(problem, dtype, rng) -> list[tuple[str, float, bool]]:
   ref_fn = lambda x, w: _conv(x, w, strides, padding, dilation, lax.Precision.HIGHEST)
   y_shape = jax.eval_shape(ref_fn, x.astype(jnp.float32), w.astype(jnp.float32)).shape
   dy = jnp.asarray(rng.uniform(-1, 1, y_shape), dtype)
-  ours = jax.jit(lambda x, w, dy: _passes(
-      lambda x, w: depthwise_conv2d(x, w, strides=strides, padding=padding, kernel_dilation=dilation),
-      x, w, dy))(x, w, dy)
+  def ours_fn(deterministic):
+    return jax.jit(lambda x, w, dy: _passes(
+        lambda x, w: depthwise_conv2d(x, w, strides=strides, padding=padding, kernel_dilation=dilation,
+                                      deterministic=deterministic), x, w, dy))
+
+  ours = ours_fn(False)(x, w, dy)
+  deterministic_dw = [ours_fn(True)(x, w, dy)[2] for _ in range(2)]
+  ours = (*ours, deterministic_dw[0])
   f32 = lambda a: a.astype(jnp.float32)
   refs = _passes(ref_fn, f32(x), f32(w), f32(dy))
   mags = _passes(ref_fn, jnp.abs(f32(x)), jnp.abs(f32(w)), jnp.abs(f32(dy)))
-  lengths = (kh * kw, kh * kw, y_shape[0] * y_shape[1] * y_shape[2])
+  refs, mags = (*refs, refs[2]), (*mags, mags[2])
+  lengths = (kh * kw, kh * kw, y_shape[0] * y_shape[1] * y_shape[2], y_shape[0] * y_shape[1] * y_shape[2])
   results = []
-  for name, out, ref, mag, k in zip(("fwd", "bwd_data", "bwd_filter"), ours, refs, mags, lengths):
+  for name, out, ref, mag, k in zip(PASSES, ours, refs, mags, lengths):
     out, ref, mag = (np.asarray(f32(a), np.float64) for a in (out, ref, mag))
     # One rounding to dtype plus fp32 summation error, as in the test suite.
     tol = np.maximum(EPS[jnp.dtype(dtype)] * np.abs(ref), 1e-7) + 8 * 2.0**-23 * np.sqrt(k) * mag
     ratio = float(np.max(np.abs(out - ref) / tol)) if np.all(np.isfinite(out)) else float("inf")
-    results.append((name, ratio, ratio <= 1.0))
+    ok = ratio <= 1.0
+    if name == "bwd_filter deterministic":
+      ok = ok and bool(np.array_equal(np.asarray(deterministic_dw[0]), np.asarray(deterministic_dw[1])))
+    results.append((name, ratio, ok))
   return results
 
 
@@ -83,10 +95,10 @@ def main() -> int:
     for dtype in DTYPES:
       for name, ratio, ok in check(problem, dtype, rng):
         failures += not ok
-        print(f"  {'PASS' if ok else 'FAIL'}  {problem[0]:26s} {jnp.dtype(dtype).name:9s} {name:10s} "
+        print(f"  {'PASS' if ok else 'FAIL'}  {problem[0]:26s} {jnp.dtype(dtype).name:9s} {name:24s} "
               f"error/tolerance {ratio:.3f}")
   _ffi.set_poison_outputs(False)
-  total = len(PROBLEMS) * len(DTYPES) * 3
+  total = len(PROBLEMS) * len(DTYPES) * len(PASSES)
   print(f"{total - failures} passed, {failures} failed in {time.perf_counter() - start:.1f} s")
   return 1 if failures else 0
 
