@@ -7,13 +7,14 @@
 #include <cstdint>
 
 #include "common/cuda_types.cuh"
+#include "dwconv/epilogue.h"
 #include "dwconv/params.h"
 
 namespace flashdwc {
 
 template <typename T>
 __global__ void dwconv_fwd_direct_kernel(const T* __restrict__ x, const T* __restrict__ w,
-                                         T* __restrict__ y, DwConvParams p) {
+                                         T* __restrict__ y, DwConvParams p, FwdEpilogue epilogue) {
   const int64_t total = p.batch * p.out_h * p.out_w * p.channels;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
        idx += int64_t(gridDim.x) * blockDim.x) {
@@ -33,6 +34,10 @@ __global__ void dwconv_fwd_direct_kernel(const T* __restrict__ x, const T* __res
         acc += to_float(x[((n * p.in_h + ih) * p.in_w + iw) * p.channels + c]) *
                to_float(w[filter_tap(p, kh, kw) * p.channels + c]);
       }
+    }
+    if (epilogue.active()) {
+      const float bias = epilogue.bias != nullptr ? to_float(static_cast<const T*>(epilogue.bias)[c]) : 0.0f;
+      acc = apply_activation(epilogue.activation, acc + bias);
     }
     y[idx] = from_float<T>(acc);
   }

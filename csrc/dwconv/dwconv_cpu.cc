@@ -30,7 +30,7 @@ std::vector<float> filter_as_float(const DwConvParams& p, const T* w) {
 }  // namespace
 
 template <typename T>
-void dwconv_fwd_cpu(const DwConvParams& p, const T* x, const T* w, T* y) {
+void dwconv_fwd_cpu(const DwConvParams& p, const T* x, const T* w, T* y, const FwdEpilogue& epilogue) {
   const std::vector<float> wf = filter_as_float(p, w);
   const int64_t C = p.channels;
   const int64_t rows = p.batch * p.out_h;
@@ -52,6 +52,12 @@ void dwconv_fwd_cpu(const DwConvParams& p, const T* x, const T* w, T* y) {
           }
         }
         T* ys = y + ((n * p.out_h + oh) * p.out_w + ow) * C;
+        if (epilogue.active()) {
+          const T* bias = static_cast<const T*>(epilogue.bias);
+          for (int64_t c = 0; c < C; ++c) {
+            acc[c] = apply_activation(epilogue.activation, acc[c] + (bias != nullptr ? to_float(bias[c]) : 0.0f));
+          }
+        }
         for (int64_t c = 0; c < C; ++c) ys[c] = from_float<T>(acc[c]);
       }
     }
@@ -126,7 +132,7 @@ void dwconv_bwd_filter_cpu(const DwConvParams& p, const T* x, const T* dy, T* dw
 }
 
 #define FLASHDWC_INSTANTIATE_CPU(T)                                                         \
-  template void dwconv_fwd_cpu<T>(const DwConvParams&, const T*, const T*, T*);          \
+  template void dwconv_fwd_cpu<T>(const DwConvParams&, const T*, const T*, T*, const FwdEpilogue&); \
   template void dwconv_bwd_data_cpu<T>(const DwConvParams&, const T*, const T*, T*);     \
   template void dwconv_bwd_filter_cpu<T>(const DwConvParams&, const T*, const T*, T*);
 

@@ -2,13 +2,14 @@
 // multi-threaded over output rows. T is float, HostHalf or HostBFloat16.
 #pragma once
 
+#include "dwconv/epilogue.h"
 #include "dwconv/params.h"
 
 namespace flashdwc {
 
-// y = conv(x, w). Reads x (N, in_h, in_w, C) and w; writes y (N, out_h, out_w, C).
+// y = epilogue(conv(x, w)). Reads x (N, in_h, in_w, C) and w; writes y (N, out_h, out_w, C).
 template <typename T>
-void dwconv_fwd_cpu(const DwConvParams& p, const T* x, const T* w, T* y);
+void dwconv_fwd_cpu(const DwConvParams& p, const T* x, const T* w, T* y, const FwdEpilogue& epilogue = {});
 
 // dx = d(conv)/dx applied to dy. Reads dy (N, out_h, out_w, C); writes dx (N, in_h, in_w, C).
 template <typename T>

@@ -49,14 +49,16 @@ dim3 direct_grid(int64_t elements) {
 bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 template <typename T>
-cudaError_t launch_fwd_direct(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream) {
+cudaError_t launch_fwd_direct(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
+                              const FwdEpilogue& epilogue) {
   const int64_t elements = p.batch * p.out_h * p.out_w * p.channels;
-  dwconv_fwd_direct_kernel<T><<<direct_grid(elements), kDirectThreads, 0, stream>>>(x, w, y, p);
+  dwconv_fwd_direct_kernel<T><<<direct_grid(elements), kDirectThreads, 0, stream>>>(x, w, y, p, epilogue);
   return cudaGetLastError();
 }
 
 template <typename T, int kStride, bool kVec>
-cudaError_t launch_fwd_gemv(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream) {
+cudaError_t launch_fwd_gemv(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
+                            const FwdEpilogue& epilogue) {
   using Tr = GemvFwdTraits;
   constexpr int kTM = GemvConfig<kStride>::kTM;
   GemvFwdGrid grid;
@@ -75,16 +77,17 @@ cudaError_t launch_fwd_gemv(const DwConvParams& p, const T* x, const T* w, T* y,
       return err;
     }
   }
-  kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, w, y, p, grid);
+  kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, w, y, p, grid, epilogue);
   return cudaGetLastError();
 }
 
 template <typename T, int kStride>
-cudaError_t launch_fwd_gemv_stride(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream) {
+cudaError_t launch_fwd_gemv_stride(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
+                                   const FwdEpilogue& epilogue) {
   const bool vec = p.channels % 4 == 0 && aligned(x, 4 * sizeof(T)) && aligned(w, 4 * sizeof(T)) &&
                    aligned(y, 4 * sizeof(T));
-  return vec ? launch_fwd_gemv<T, kStride, true>(p, x, w, y, stream)
-             : launch_fwd_gemv<T, kStride, false>(p, x, w, y, stream);
+  return vec ? launch_fwd_gemv<T, kStride, true>(p, x, w, y, stream, epilogue)
+             : launch_fwd_gemv<T, kStride, false>(p, x, w, y, stream, epilogue);
 }
 
 }  // namespace
@@ -109,14 +112,15 @@ FwdKernel select_fwd_kernel(const DwConvParams& p, bool half_precision) {
 }
 
 template <typename T>
-cudaError_t run_dwconv_fwd(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream) {
+cudaError_t run_dwconv_fwd(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
+                           const FwdEpilogue& epilogue) {
   const FwdKernel kernel = select_fwd_kernel(p, !std::is_same_v<T, float>);
   if constexpr (!std::is_same_v<T, float>) {
-    if (kernel == FwdKernel::kMma) return launch_fwd_mma(p, x, w, y, stream);
+    if (kernel == FwdKernel::kMma) return launch_fwd_mma(p, x, w, y, stream, epilogue);
   }
-  if (kernel == FwdKernel::kDirect) return launch_fwd_direct(p, x, w, y, stream);
-  return p.stride_w == 1 ? launch_fwd_gemv_stride<T, 1>(p, x, w, y, stream)
-                         : launch_fwd_gemv_stride<T, 2>(p, x, w, y, stream);
+  if (kernel == FwdKernel::kDirect) return launch_fwd_direct(p, x, w, y, stream, epilogue);
+  return p.stride_w == 1 ? launch_fwd_gemv_stride<T, 1>(p, x, w, y, stream, epilogue)
+                         : launch_fwd_gemv_stride<T, 2>(p, x, w, y, stream, epilogue);
 }
 
 template <typename T>
@@ -251,7 +255,8 @@ cudaError_t run_dwconv_bwd_filter(const DwConvParams& p, const T* x, const T* dy
 }
 
 #define FLASHDWC_INSTANTIATE_CUDA(T)                                                               \
-  template cudaError_t run_dwconv_fwd<T>(const DwConvParams&, const T*, const T*, T*, cudaStream_t); \
+  template cudaError_t run_dwconv_fwd<T>(const DwConvParams&, const T*, const T*, T*, cudaStream_t,   \
+                                         const FwdEpilogue&);                                         \
   template cudaError_t run_dwconv_bwd_data<T>(const DwConvParams&, const T*, const T*, T*,            \
                                               cudaStream_t);                                          \
   template cudaError_t run_dwconv_bwd_filter<T>(const DwConvParams&, const T*, const T*, T*, float*,  \

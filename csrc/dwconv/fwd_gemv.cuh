@@ -15,6 +15,7 @@
 
 #include "common/cp_async.cuh"
 #include "common/cuda_types.cuh"
+#include "dwconv/epilogue.h"
 #include "dwconv/params.h"
 
 namespace flashdwc {
@@ -159,7 +160,7 @@ __device__ __forceinline__ void gemv_row(float (&acc)[kTM][4], const T* __restri
 template <typename T, int kTM, int kStride, bool kVec, int kMinBlocksPerSM>
 __global__ void __launch_bounds__(GemvFwdTraits::kThreads, kMinBlocksPerSM)
 dwconv_fwd_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
-                       DwConvParams p, GemvFwdGrid grid) {
+                       DwConvParams p, GemvFwdGrid grid, FwdEpilogue epilogue) {
   using Tr = GemvFwdTraits;
   constexpr int kRowsPerWarp = Tr::kRowsPerWarp;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -252,6 +253,18 @@ dwconv_fwd_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __re
   }
 
   if (!active) return;
+  if (epilogue.active()) {
+    float bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (epilogue.bias != nullptr) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (i < channels_valid) bias[i] = to_float(static_cast<const T*>(epilogue.bias)[c0 + i]);
+    }
+#pragma unroll
+    for (int t = 0; t < kTM; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[t][i] = apply_activation(epilogue.activation, acc[t][i] + bias[i]);
+  }
   T* y_base = y + ((n * p.out_h + oh) * p.out_w + ow0) * p.channels + c0;
 #pragma unroll
   for (int t = 0; t < kTM; ++t) {

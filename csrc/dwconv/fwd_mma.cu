@@ -52,7 +52,7 @@ bool empty_problem(const DwConvParams& p) {
 
 template <typename T, bool kVec>
 cudaError_t launch(const DwConvParams& p, const MmaFwdGrid& g, const T* x, const T* w, T* y,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, const FwdEpilogue& epilogue) {
   using Tr = MmaFwdTraits;
   const size_t smem = mma_fwd_smem_bytes(g);
   auto kernel = mma_fwd::dwconv_fwd_mma_kernel<T, kVec>;
@@ -64,7 +64,7 @@ cudaError_t launch(const DwConvParams& p, const MmaFwdGrid& g, const T* x, const
   }
   const dim3 blocks(unsigned(p.batch * g.tiles_h * g.tiles_w),
                     unsigned(ceil_div(p.channels, Tr::kBlockChannels)));
-  kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, w, y, p, g);
+  kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, w, y, p, g, epilogue);
   return cudaGetLastError();
 }
 
@@ -96,16 +96,18 @@ bool fwd_mma_supports(const DwConvParams& p) {
 }
 
 template <typename T>
-cudaError_t launch_fwd_mma(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream) {
+cudaError_t launch_fwd_mma(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
+                           const FwdEpilogue& epilogue) {
   if (empty_problem(p)) return cudaSuccess;
   const MmaFwdGrid g = make_mma_fwd_grid(p);
   const bool vec = p.channels % 8 == 0 && aligned16(x) && aligned16(w) && aligned16(y);
-  return vec ? launch<T, true>(p, g, x, w, y, stream) : launch<T, false>(p, g, x, w, y, stream);
+  return vec ? launch<T, true>(p, g, x, w, y, stream, epilogue) : launch<T, false>(p, g, x, w, y, stream, epilogue);
 }
 
 template cudaError_t launch_fwd_mma<__half>(const DwConvParams&, const __half*, const __half*, __half*,
-                                            cudaStream_t);
+                                            cudaStream_t, const FwdEpilogue&);
 template cudaError_t launch_fwd_mma<__nv_bfloat16>(const DwConvParams&, const __nv_bfloat16*,
-                                                   const __nv_bfloat16*, __nv_bfloat16*, cudaStream_t);
+                                                   const __nv_bfloat16*, __nv_bfloat16*, cudaStream_t,
+                                                   const FwdEpilogue&);
 
 }  // namespace flashdwc

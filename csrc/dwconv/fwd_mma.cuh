@@ -41,6 +41,7 @@
 #include <type_traits>
 
 #include "common/cuda_types.cuh"
+#include "dwconv/epilogue.h"
 #include "dwconv/params.h"
 
 namespace flashdwc {
@@ -199,6 +200,18 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   }
 }
 
+// The low and high halves of a word packed by pack2.
+template <typename T>
+__device__ __forceinline__ T unpack_lo(uint32_t v) {
+  const uint16_t bits = uint16_t(v & 0xffffu);
+  return *reinterpret_cast<const T*>(&bits);
+}
+template <typename T>
+__device__ __forceinline__ T unpack_hi(uint32_t v) {
+  const uint16_t bits = uint16_t(v >> 16);
+  return *reinterpret_cast<const T*>(&bits);
+}
+
 // 8 channels [c, c + 8) of one element as 4 words of raw bits, zero where
 // !valid or (scalar path) where the channel is >= C. With kVec, C % 8 == 0, so
 // the group is all in or all out and the address is 16-byte aligned.
@@ -346,7 +359,7 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[MmaFwdTraits::kRows][4], 
 template <typename T, bool kVec>
 __global__ void __launch_bounds__(MmaFwdTraits::kThreads, 2)
 dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, T* __restrict__ y_ptr,
-                      DwConvParams p, MmaFwdGrid g) {
+                      DwConvParams p, MmaFwdGrid g, FwdEpilogue epilogue) {
   using Tr = MmaFwdTraits;
   constexpr int R = Tr::kRows;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -464,6 +477,18 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
     uint32_t v[8];
 #pragma unroll
     for (int k = 0; k < 8; ++k) v[k] = src[k * kOutPlaneW];
+    if (epilogue.active()) {
+      // Bias and activation (epilogue.h) here rather than on the accumulators,
+      // which would cost the compute phase registers it has none of (128): the
+      // pre-activation is rounded to T first, as an unfused bias + activation would.
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const T* bias_ptr = static_cast<const T*>(epilogue.bias);
+        const float bias = bias_ptr != nullptr && c + k < p.channels ? to_float(bias_ptr[c + k]) : 0.0f;
+        v[k] = pack2<T>(apply_activation(epilogue.activation, to_float(unpack_lo<T>(v[k])) + bias),
+                        apply_activation(epilogue.activation, to_float(unpack_hi<T>(v[k])) + bias));
+      }
+    }
     uint16_t* dst = y + ((t.n * p.out_h + oh) * p.out_w + ow) * p.channels + c;
     const bool second = ow + 1 < p.out_w;
     if constexpr (kVec) {

@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "dwconv/epilogue.h"
 #include "dwconv/params.h"
 
 namespace flashdwc {
@@ -16,6 +17,7 @@ bool fwd_mma_supports(const DwConvParams& p);
 // y = conv(x, w) with T = __half or __nv_bfloat16; enqueues on `stream`, never
 // synchronizes. Call only when fwd_mma_supports(p).
 template <typename T>
-cudaError_t launch_fwd_mma(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream);
+cudaError_t launch_fwd_mma(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
+                           const FwdEpilogue& epilogue = {});
 
 }  // namespace flashdwc

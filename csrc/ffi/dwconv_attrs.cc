@@ -80,4 +80,24 @@ ffi::Error make_params(ConvPass pass, const ffi::AnyBuffer& a, const ffi::AnyBuf
   return ffi::Error::Success();
 }
 
+ffi::Error make_epilogue(const ffi::AnyBuffer& x, const ffi::AnyBuffer& bias, int64_t activation,
+                         FwdEpilogue* epilogue) {
+  constexpr ConvPass pass = ConvPass::kForward;
+  if (activation < 0 || activation >= kActivationCount) {
+    return invalid(pass, "activation must be in [0, " + std::to_string(kActivationCount) + "); got " +
+                             std::to_string(activation));
+  }
+  const auto xd = x.dimensions();
+  const auto bd = bias.dimensions();
+  if (bd.size() != 1 || (bd[0] != 0 && (xd.size() != 4 || bd[0] != xd[3]))) {
+    return invalid(pass, "bias must be (C,) or (0,); got " + dims_string(bias) + " for x " + dims_string(x));
+  }
+  if (bd[0] != 0 && bias.element_type() != x.element_type()) {
+    return invalid(pass, "bias must have x's element type");
+  }
+  epilogue->bias = bd[0] != 0 ? bias.untyped_data() : nullptr;
+  epilogue->activation = static_cast<Activation>(activation);
+  return ffi::Error::Success();
+}
+
 }  // namespace flashdwc

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "dwconv/epilogue.h"
 #include "dwconv/params.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -36,6 +37,11 @@ const char* pass_name(ConvPass pass);
 // operands and `out` the result, in the order of the pass's binding above.
 ffi::Error make_params(ConvPass pass, const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
                        const ffi::AnyBuffer& out, const ConvGeometry& g, DwConvParams* params);
+
+// The fused forward's epilogue from its `bias` operand ((C,), or (0,) for none) and
+// `activation` attribute (epilogue.h's Activation values), checked against the conv.
+ffi::Error make_epilogue(const ffi::AnyBuffer& x, const ffi::AnyBuffer& bias, int64_t activation,
+                         FwdEpilogue* epilogue);
 
 }  // namespace flashdwc
 

@@ -44,6 +44,15 @@ ffi::Error DwConvFwdCpuImpl(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::Result<ffi:
                       [](const DwConvParams& p, auto* x, auto* w, auto* y) { dwconv_fwd_cpu(p, x, w, y); });
 }
 
+ffi::Error DwConvFwdFusedCpuImpl(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer bias,
+                                 ffi::Result<ffi::AnyBuffer> y, ConvGeometry geometry, int64_t activation) {
+  FwdEpilogue epilogue;
+  if (ffi::Error err = make_epilogue(x, bias, activation, &epilogue); err.failure()) return err;
+  return dispatch_cpu(ConvPass::kForward, x, w, y, geometry, [&](const DwConvParams& p, auto* x, auto* w, auto* y) {
+    dwconv_fwd_cpu(p, x, w, y, epilogue);
+  });
+}
+
 ffi::Error DwConvBwdDataCpuImpl(ffi::AnyBuffer dy, ffi::AnyBuffer w, ffi::Result<ffi::AnyBuffer> dx,
                                 ConvGeometry geometry) {
   return dispatch_cpu(ConvPass::kBackwardData, dy, w, dx, geometry,
@@ -64,6 +73,15 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(DwConvFwdCpuFfi, DwConvFwdCpuImpl,
                                   .Arg<ffi::AnyBuffer>()                 // w
                                   .Ret<ffi::AnyBuffer>()                 // y
                                   .Attr<ConvGeometry>("geometry"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DwConvFwdFusedCpuFfi, DwConvFwdFusedCpuImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()                 // x
+                                  .Arg<ffi::AnyBuffer>()                 // w
+                                  .Arg<ffi::AnyBuffer>()                 // bias: (C,) or (0,)
+                                  .Ret<ffi::AnyBuffer>()                 // y
+                                  .Attr<ConvGeometry>("geometry")
+                                  .Attr<int64_t>("activation"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(DwConvBwdDataCpuFfi, DwConvBwdDataCpuImpl,
                               ffi::Ffi::Bind()

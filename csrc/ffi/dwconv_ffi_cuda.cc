@@ -60,6 +60,16 @@ ffi::Error DwConvFwdCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuff
                        });
 }
 
+ffi::Error DwConvFwdFusedCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer bias,
+                                  ffi::Result<ffi::AnyBuffer> y, ConvGeometry geometry, int64_t activation) {
+  FwdEpilogue epilogue;
+  if (ffi::Error err = make_epilogue(x, bias, activation, &epilogue); err.failure()) return err;
+  return dispatch_cuda(ConvPass::kForward, stream, x, w, y, geometry,
+                       [epilogue](const DwConvParams& p, auto* x, auto* w, auto* y, cudaStream_t s) {
+                         return run_dwconv_fwd(p, x, w, y, s, epilogue);
+                       });
+}
+
 ffi::Error DwConvBwdDataCudaImpl(cudaStream_t stream, ffi::AnyBuffer dy, ffi::AnyBuffer w,
                                  ffi::Result<ffi::AnyBuffer> dx, ConvGeometry geometry) {
   return dispatch_cuda(ConvPass::kBackwardData, stream, dy, w, dx, geometry,
@@ -104,6 +114,17 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(DwConvFwdCudaFfi, DwConvFwdCudaImpl,
                                   .Arg<ffi::AnyBuffer>()                     // w
                                   .Ret<ffi::AnyBuffer>()                     // y
                                   .Attr<ConvGeometry>("geometry"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DwConvFwdFusedCudaFfi, DwConvFwdFusedCudaImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()  // stream
+                                  .Arg<ffi::AnyBuffer>()                     // x
+                                  .Arg<ffi::AnyBuffer>()                     // w
+                                  .Arg<ffi::AnyBuffer>()                     // bias: (C,) or (0,)
+                                  .Ret<ffi::AnyBuffer>()                     // y
+                                  .Attr<ConvGeometry>("geometry")
+                                  .Attr<int64_t>("activation"),
                               {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(DwConvBwdDataCudaFfi, DwConvBwdDataCudaImpl,

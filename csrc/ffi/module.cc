@@ -27,6 +27,7 @@ NB_MODULE(_jax_flashdwc, m) {
   m.def("registrations", []() {
     nb::dict cpu;
     cpu["flashdwc_fwd"] = encapsulate_ffi_handler(flashdwc::DwConvFwdCpuFfi);
+    cpu["flashdwc_fwd_fused"] = encapsulate_ffi_handler(flashdwc::DwConvFwdFusedCpuFfi);
     cpu["flashdwc_bwd_data"] = encapsulate_ffi_handler(flashdwc::DwConvBwdDataCpuFfi);
     cpu["flashdwc_bwd_filter"] = encapsulate_ffi_handler(flashdwc::DwConvBwdFilterCpuFfi);
     nb::dict by_platform;
@@ -34,6 +35,7 @@ NB_MODULE(_jax_flashdwc, m) {
 #ifdef FLASHDWC_WITH_CUDA
     nb::dict cuda;
     cuda["flashdwc_fwd"] = encapsulate_ffi_handler(flashdwc::DwConvFwdCudaFfi);
+    cuda["flashdwc_fwd_fused"] = encapsulate_ffi_handler(flashdwc::DwConvFwdFusedCudaFfi);
     cuda["flashdwc_bwd_data"] = encapsulate_ffi_handler(flashdwc::DwConvBwdDataCudaFfi);
     cuda["flashdwc_bwd_filter"] = encapsulate_ffi_handler(flashdwc::DwConvBwdFilterCudaFfi);
     by_platform["CUDA"] = cuda;

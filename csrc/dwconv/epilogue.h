@@ -1,0 +1,45 @@
+// The forward pass's optional epilogue, y = act(conv + bias), applied by every
+// forward kernel as it stores an output (CPU and CUDA alike), so that the bias
+// and the activation cost no extra pass over y.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#ifdef __CUDACC__
+#define FLASHDWC_HOST_DEVICE __host__ __device__
+#else
+#define FLASHDWC_HOST_DEVICE
+#endif
+
+namespace flashdwc {
+
+// Values of the `activation` attribute (jax_flashdwc/conv.py ACTIVATIONS).
+enum class Activation : int32_t { kNone = 0, kRelu = 1, kGelu = 2, kGeluTanh = 3, kSilu = 4 };
+constexpr int32_t kActivationCount = 5;
+
+// act(z) in fp32, as jax.nn.relu, gelu(approximate=False), gelu(approximate=True), silu.
+FLASHDWC_HOST_DEVICE inline float apply_activation(Activation act, float z) {
+  switch (act) {
+    case Activation::kRelu: return z > 0.0f ? z : 0.0f;
+    case Activation::kGelu: return 0.5f * z * (1.0f + erff(z * 0.70710678118654752f));
+    case Activation::kGeluTanh:
+      return 0.5f * z * (1.0f + tanhf(0.79788456080286536f * (z + 0.044715f * z * z * z)));
+    case Activation::kSilu: return z / (1.0f + expf(-z));
+    case Activation::kNone: break;
+  }
+  return z;
+}
+
+// What the forward kernels apply as they store: y = activation(conv + bias). `bias`
+// is (C,) in the conv's element type, or null. The default leaves the conv as is.
+// A kernel argument of its own rather than part of DwConvParams: growing the params
+// struct cost the tensor-core kernel 12 bytes of register spill.
+struct FwdEpilogue {
+  const void* bias = nullptr;
+  Activation activation = Activation::kNone;
+
+  FLASHDWC_HOST_DEVICE bool active() const { return bias != nullptr || activation != Activation::kNone; }
+};
+
+}  // namespace flashdwc
