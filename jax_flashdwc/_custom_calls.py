@@ -10,24 +10,30 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.core import ShapedArray
 from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
-from . import _ffi
+from . import _activations, _ffi
 
 try:
   from jax.interpreters.xla import apply_primitive
 except ImportError:  # Newer jax keeps it in dispatch only.
   from jax._src.dispatch import apply_primitive
 
-FFI_TARGETS = ("flashdwc_fwd", "flashdwc_bwd_data", "flashdwc_bwd_filter")
+FFI_TARGETS = ("flashdwc_fwd", "flashdwc_fwd_fused", "flashdwc_bwd_data", "flashdwc_bwd_filter")
 
 
 def fwd_abstract(x, w, *, geometry):
   """y: (N, Ho, Wo, C) from x (N, H, W, C) and w (KH, KW, 1, C)."""
   ho, wo = geometry.output_hw(x.shape[1:3], w.shape[:2])
   return ShapedArray((x.shape[0], ho, wo, x.shape[3]), x.dtype)
+
+
+def fwd_fused_abstract(x, w, bias, *, geometry, activation):
+  """y = activation(conv(x, w) + bias): as fwd_abstract; bias is (C,)."""
+  return fwd_abstract(x, w, geometry=geometry)
 
 
 def bwd_data_abstract(dy, w, *, geometry, input_hw):
@@ -43,9 +49,13 @@ def bwd_filter_abstract(x, dy, *, geometry, kernel_hw, deterministic):
 def _ffi_lowering(target: str):
   lower = jax.ffi.ffi_lowering(target)
 
-  def rule(ctx, *operands, geometry, **_shape_params):
-    # Only `geometry` reaches the handler; shapes travel with the buffers.
-    return lower(ctx, *operands, geometry=geometry.ffi_attribute())
+  def rule(ctx, *operands, geometry, activation=None, **_shape_params):
+    # Only `geometry` (and the fused forward's activation) reach the handler;
+    # shapes travel with the buffers.
+    attributes = {"geometry": geometry.ffi_attribute()}
+    if target == "flashdwc_fwd_fused":
+      attributes["activation"] = np.int64(_activations.code(activation))
+    return lower(ctx, *operands, **attributes)
 
   return rule
 
@@ -85,6 +95,7 @@ def _make(target, abstract, cuda_lowering=None):
 
 
 fwd_call_p = _make("flashdwc_fwd", fwd_abstract)
+fwd_fused_call_p = _make("flashdwc_fwd_fused", fwd_fused_abstract)
 bwd_data_call_p = _make("flashdwc_bwd_data", bwd_data_abstract)
 # On the CPU, the filter gradient is always deterministic; `deterministic` only
 # reaches the CUDA handler.

@@ -62,6 +62,13 @@ def _image_filter_plan(mesh, arg_shapes):
   return (image, w), image, ()
 
 
+def _fused_plan(mesh, arg_shapes):
+  """Shardings for the fused forward (x, w, bias) -> y: bias goes with the channels."""
+  (image, w), result, reduce_axes = _image_filter_plan(mesh, arg_shapes)
+  bias = NamedSharding(mesh, P(w.spec[3]))
+  return (image, w, bias), result, reduce_axes
+
+
 def _bwd_filter_plan(mesh, arg_shapes):
   """Shardings for bwd_filter (x, dy) -> dw, and the axes its partials sum over."""
   x_spec, dy_spec = _spec_of(arg_shapes[0]), _spec_of(arg_shapes[1])
@@ -71,14 +78,14 @@ def _bwd_filter_plan(mesh, arg_shapes):
   return (image, image), dw, batch
 
 
-def _partitioned(body, rule, static_argnums, reduction=()):
-  """`body(a, b, *static)` as a custom_partitioning function with the Shardy `rule`.
+def _partitioned(body, rule, static_argnums, reduction=(), plan=None):
+  """`body(*operands, *static)` as a custom_partitioning function with the Shardy `rule`.
 
   A pass with a reduction factor (N in the filter gradient) all-reduces its
   per-device partials, in float32.
   """
   fn = custom_partitioning(body, static_argnums=static_argnums)
-  plan = _bwd_filter_plan if reduction else _image_filter_plan
+  plan = plan or (_bwd_filter_plan if reduction else _image_filter_plan)
 
   def infer(*args):
     *_static, mesh, arg_shapes, _result_shape = args
@@ -88,8 +95,8 @@ def _partitioned(body, rule, static_argnums, reduction=()):
     *static, mesh, arg_shapes, _result_shape = args
     operands, result, reduce_axes = plan(mesh, arg_shapes)
 
-    def lower(a, b):
-      out = body(a, b, *static)
+    def lower(*operands):
+      out = body(*operands, *static)
       if not reduce_axes:
         return out
       return jax.lax.psum(out.astype(jnp.float32), reduce_axes).astype(out.dtype)
@@ -109,6 +116,10 @@ def _fwd(x, w, geometry):
   return calls.fwd_call_p.bind(x, w, geometry=geometry)
 
 
+def _fwd_fused(x, w, bias, geometry, activation):
+  return calls.fwd_fused_call_p.bind(x, w, bias, geometry=geometry, activation=activation)
+
+
 def _bwd_data(dy, w, geometry, input_hw):
   return calls.bwd_data_call_p.bind(dy, w, geometry=geometry, input_hw=input_hw)
 
@@ -118,5 +129,6 @@ def _bwd_filter(x, dy, geometry, kernel_hw, deterministic):
 
 
 fwd = _partitioned(_fwd, "n h w c, kh kw one c -> n ho wo c", (2,))
+fwd_fused = _partitioned(_fwd_fused, "n h w c, kh kw one c, c -> n ho wo c", (3, 4), plan=_fused_plan)
 bwd_data = _partitioned(_bwd_data, "n ho wo c, kh kw one c -> n h w c", (2, 3))
 bwd_filter = _partitioned(_bwd_filter, "n h w c, n ho wo c -> kh kw one c", (2, 3, 4), reduction=("n",))

@@ -6,8 +6,9 @@ from functools import partial
 from typing import Any, Literal
 
 import jax
+import jax.numpy as jnp
 
-from . import ops
+from . import _activations, ops
 from ._geometry import ConvGeometry, make_geometry
 from .reference import depthwise_conv2d_xla
 
@@ -33,6 +34,31 @@ def _dwconv_bwd(geometry, deterministic, residuals, dy):
 _dwconv.defvjp(_dwconv_fwd, _dwconv_bwd)
 
 
+@partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _dwconv_fused(x, kernel, bias, geometry: ConvGeometry, activation, deterministic: bool):
+  return ops.dwconv_fwd_fused(x, kernel, bias, geometry, activation)
+
+
+def _dwconv_fused_fwd(x, kernel, bias, geometry, activation, deterministic):
+  # Differentiating needs the pre-activation z: the kernel stores z = conv + bias
+  # and XLA applies the activation (one elementwise pass, usually fused onward).
+  z = ops.dwconv_fwd_fused(x, kernel, bias, geometry, None)
+  return _activations.apply(activation, z), (x, kernel, z)
+
+
+def _dwconv_fused_bwd(geometry, activation, deterministic, residuals, dy):
+  x, kernel, z = residuals
+  _, activation_vjp = jax.vjp(lambda z: _activations.apply(activation, z), z)
+  (dz,) = activation_vjp(dy)
+  dbias = jnp.sum(dz.astype(jnp.float32), axis=(0, 1, 2)).astype(z.dtype)
+  dx = ops.dwconv_bwd_data(dz, kernel, geometry, x.shape[1:3])
+  dw = ops.dwconv_bwd_filter(x, dz, geometry, kernel.shape[:2], deterministic)
+  return dx, dw, dbias
+
+
+_dwconv_fused.defvjp(_dwconv_fused_fwd, _dwconv_fused_bwd)
+
+
 def depthwise_conv2d(
     x: jax.Array,
     kernel: jax.Array,
@@ -42,6 +68,8 @@ def depthwise_conv2d(
     kernel_dilation: int | tuple[int, int] = 1,
     precision: Any = None,
     implementation: Literal["flashdwc", "xla"] | None = None,
+    bias: jax.Array | None = None,
+    activation: Literal["relu", "gelu", "gelu_tanh", "silu"] | None = None,
     deterministic: bool = False,
 ) -> jax.Array:
   """Depthwise 2-D convolution: each channel convolved with its own filter.
@@ -61,23 +89,43 @@ def depthwise_conv2d(
     implementation: None or "flashdwc" runs this library's kernels for the
       platform (CPU or CUDA); "xla" runs lax.conv_general_dilated with XLA's
       defaults instead.
+    bias: optional (C,) per-channel bias, x's dtype, added to the convolution
+      in float32 before rounding, inside the forward kernel.
+    activation: optional activation applied after the bias, in the same kernel:
+      "relu", "gelu" (exact, erf), "gelu_tanh" (tanh approximation) or "silu",
+      as in jax.nn. Differentiable: the gradient uses the pre-activation.
     deterministic: make the kernel gradient bit-identical from run to run: the
       GPU kernel then sums its partial results in a fixed order instead of with
-      atomic adds (same speed within noise; a little more scratch memory). The
+      atomic adds, in scratch memory of one float32 filter per chunk of rows. The
       CPU kernels are always deterministic. Ignored with implementation="xla".
 
   Returns:
-    (N, Ho, Wo, C) in x's dtype, accumulated in float32. It matches
+    (N, Ho, Wo, C) in x's dtype, accumulated in float32, then bias and activation
+    if given. Without them it matches
     ``lax.conv_general_dilated(x, kernel, strides, padding, rhs_dilation=...,
     dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=C)``.
-    Differentiable in x and kernel (reverse mode), and batchable with vmap.
+    Differentiable in x, kernel and bias (reverse mode), and batchable with vmap.
   """
   if implementation is not None and implementation not in IMPLEMENTATIONS:
     raise ValueError(f"implementation must be None or one of {IMPLEMENTATIONS}; "
                      f"got {implementation!r}")
   geometry = make_geometry(x, kernel, strides, padding, kernel_dilation)
+  if activation not in _activations.ACTIVATIONS:
+    names = tuple(a for a in _activations.ACTIVATIONS if a is not None)
+    raise ValueError(f"activation must be None or one of {names}; got {activation!r}")
+  if bias is not None:
+    bias = jnp.asarray(bias)
+    if bias.shape != (x.shape[-1],):
+      raise ValueError(f"bias must have shape (C,) = ({x.shape[-1]},), one value per channel; "
+                       f"got {bias.shape}")
+    if bias.dtype != jnp.dtype(x.dtype):
+      raise TypeError(f"bias must have x's dtype {jnp.dtype(x.dtype)}; got {bias.dtype}")
   if implementation == "xla":
-    return depthwise_conv2d_xla(x, kernel, geometry, precision=precision)
+    y = depthwise_conv2d_xla(x, kernel, geometry, precision=precision)
+    return _activations.apply(activation, y if bias is None else y + bias)
   if not isinstance(deterministic, bool):
     raise TypeError(f"deterministic must be a bool; got {deterministic!r}")
-  return _dwconv(x, kernel, geometry, deterministic)
+  if bias is None and activation is None:
+    return _dwconv(x, kernel, geometry, deterministic)
+  bias = jnp.zeros((x.shape[-1],), x.dtype) if bias is None else bias
+  return _dwconv_fused(x, kernel, bias, geometry, activation, deterministic)

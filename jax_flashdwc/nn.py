@@ -40,7 +40,7 @@ def _kernel_hw(kernel_size) -> tuple[int, int]:
 
 
 def _apply(inputs, kernel, bias, *, features, strides, padding, kernel_dilation, dtype, precision,
-           implementation, deterministic, promote_dtype):
+           implementation, activation, deterministic, promote_dtype):
   """Shared forward of both layers: promotion, batch flattening, conv, bias."""
   if inputs.ndim < 3:
     raise ValueError(f"inputs must be (..., H, W, C); got shape {inputs.shape}")
@@ -50,10 +50,10 @@ def _apply(inputs, kernel, bias, *, features, strides, padding, kernel_dilation,
   inputs, kernel, bias = promote_dtype(inputs, kernel, bias, dtype=dtype)
   batch_shape = inputs.shape[:-3]
   x = inputs.reshape((-1, *inputs.shape[-3:]))
+  # The bias (and activation) go into the kernel's epilogue: no extra pass over y.
   y = depthwise_conv2d(x, kernel, strides=strides, padding=padding, kernel_dilation=kernel_dilation,
-                       precision=precision, implementation=implementation, deterministic=deterministic)
-  if bias is not None:
-    y = y + bias
+                       precision=precision, implementation=implementation, bias=bias, activation=activation,
+                       deterministic=deterministic)
   return y.reshape((*batch_shape, *y.shape[1:]))
 
 
@@ -72,6 +72,8 @@ class DepthwiseConv2D(linen.Module):
     precision: passed to XLA when implementation="xla".
     kernel_init, bias_init: initializers of "kernel" (KH, KW, 1, C) and "bias" (C,).
     implementation: None/"flashdwc" for this library's kernels, "xla" for XLA's conv.
+    activation: None, "relu", "gelu", "gelu_tanh" or "silu", applied after the
+      bias inside the kernel (an addition to Conv's attributes; None matches Conv).
     deterministic: a bit-identical kernel gradient from run to run (see
       `depthwise_conv2d`).
   """
@@ -88,6 +90,7 @@ class DepthwiseConv2D(linen.Module):
   kernel_init: Any = default_kernel_init
   bias_init: Any = default_bias_init
   implementation: Implementation = None
+  activation: str | None = None
   deterministic: bool = False
 
   @linen.compact
@@ -98,8 +101,8 @@ class DepthwiseConv2D(linen.Module):
     bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype) if self.use_bias else None
     return _apply(inputs, kernel, bias, features=self.features, strides=self.strides, padding=self.padding,
                   kernel_dilation=self.kernel_dilation, dtype=self.dtype, precision=self.precision,
-                  implementation=self.implementation, deterministic=self.deterministic,
-                  promote_dtype=linen.dtypes.promote_dtype)
+                  implementation=self.implementation, activation=self.activation,
+                  deterministic=self.deterministic, promote_dtype=linen.dtypes.promote_dtype)
 
 
 class NnxDepthwiseConv2D(nnx.Module):
@@ -110,7 +113,8 @@ class NnxDepthwiseConv2D(nnx.Module):
                padding: PaddingLike = "SAME", kernel_dilation: int | Sequence[int] = 1, use_bias: bool = True,
                dtype: Any = None, param_dtype: Any = jnp.float32, precision: Any = None,
                kernel_init: Any = default_kernel_init, bias_init: Any = default_bias_init,
-               implementation: Implementation = None, deterministic: bool = False, rngs: nnx.Rngs):
+               implementation: Implementation = None, activation: str | None = None,
+               deterministic: bool = False, rngs: nnx.Rngs):
     kernel_hw = _kernel_hw(kernel_size)
     self.kernel = nnx.Param(kernel_init(rngs.params(), (*kernel_hw, 1, features), param_dtype))
     self.bias = nnx.Param(bias_init(rngs.params(), (features,), param_dtype)) if use_bias else nnx.data(None)
@@ -124,6 +128,7 @@ class NnxDepthwiseConv2D(nnx.Module):
     self.param_dtype = param_dtype
     self.precision = precision
     self.implementation = implementation
+    self.activation = activation
     self.deterministic = deterministic
 
   def __call__(self, inputs: jax.Array) -> jax.Array:
@@ -132,5 +137,5 @@ class NnxDepthwiseConv2D(nnx.Module):
     return _apply(inputs, self.kernel[...], bias, features=self.features, strides=self.strides,
                   padding=self.padding, kernel_dilation=self.kernel_dilation, dtype=self.dtype,
                   precision=self.precision, implementation=self.implementation,
-                  deterministic=self.deterministic,
+                  activation=self.activation, deterministic=self.deterministic,
                   promote_dtype=lambda *arrays, dtype: nnx.nn.dtypes.promote_dtype(arrays, dtype=dtype))

@@ -1,6 +1,7 @@
 """The three operations of depthwise convolution, as JAX sees them.
 
 - dwconv_fwd(x, w) -> y
+- dwconv_fwd_fused(x, w, bias) -> activation(y + bias), in the same kernel
 - dwconv_bwd_data(dy, w) -> dx
 - dwconv_bwd_filter(x, dy) -> dw (optionally deterministic)
 
@@ -62,6 +63,27 @@ def _image_filter_op(call, image, w):
 def dwconv_fwd(x: jax.Array, w: jax.Array, geometry: ConvGeometry) -> jax.Array:
   """y = conv(x, w): (N, H, W, C), (KH, KW, 1, C) -> (N, Ho, Wo, C)."""
   return _image_filter_op(lambda x, w: _partitioning.fwd(x, w, geometry), x, w)
+
+
+def dwconv_fwd_fused(x: jax.Array, w: jax.Array, bias: jax.Array, geometry: ConvGeometry,
+                     activation: str | None) -> jax.Array:
+  """activation(conv(x, w) + bias), the bias (C,) and activation applied as y is stored."""
+
+  @custom_vmap
+  def op(x, w, bias):
+    return _partitioning.fwd_fused(x, w, bias, geometry, activation)
+
+  @op.def_vmap
+  def _batched(size, in_batched, x, w, bias):
+    x_batched, w_batched, bias_batched = in_batched
+    if not w_batched and not bias_batched:
+      out = dwconv_fwd_fused(x.reshape(size * x.shape[1], *x.shape[2:]), w, bias, geometry, activation)
+      return out.reshape(size, x.shape[1], *out.shape[1:]), True
+    out = dwconv_fwd_fused(_to_channels(x, x_batched, size), _to_channels(w, w_batched, size),
+                           _to_channels(bias, bias_batched, size), geometry, activation)
+    return _from_channels(out, size), True
+
+  return op(x, w, bias)
 
 
 def dwconv_bwd_data(dy: jax.Array, w: jax.Array, geometry: ConvGeometry,

@@ -11,10 +11,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from jax_flashdwc import _ffi, depthwise_conv2d
 from numerics import fresh_seed, oracle, uniform
 from shapes import ConvCase
+
+from jax_flashdwc import _ffi, depthwise_conv2d
 
 CASES = [
     ConvCase("k3", 2, 12, 20, 16, 3, 3),

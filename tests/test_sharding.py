@@ -114,3 +114,28 @@ def test_shard_map_runs_the_kernel_per_shard():
   out = jax.jit(per_shard)(x, w)
   ref = depthwise_conv2d(x, w, **case.conv_kwargs())
   np.testing.assert_allclose(np.asarray(out), np.asarray(ref), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("mesh_shape, axis_names", MESHES[:2])
+def test_fused_epilogue_shards_with_its_channels(mesh_shape, axis_names):
+  mesh = Mesh(np.array(CPUS[:8]).reshape(mesh_shape), axis_names)
+  case = CASES[0]
+  rng = np.random.default_rng(fresh_seed())
+  x = jnp.asarray(rng.uniform(-1, 1, case.x_shape), jnp.float32)
+  w = jnp.asarray(rng.uniform(-1, 1, case.kernel_shape), jnp.float32)
+  b = jnp.asarray(rng.uniform(-1, 1, (case.c,)), jnp.float32)
+
+  def loss(x, w, b):
+    return jnp.sum(jnp.tanh(depthwise_conv2d(x, w, bias=b, activation="gelu", **case.conv_kwargs())))
+
+  fn = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))
+  expected = fn(x, w, b)
+  for what, x_spec, w_spec in _shardings(axis_names):
+    c_axes = _padded(w_spec)[3]
+    args = (jax.device_put(x, NamedSharding(mesh, x_spec)), jax.device_put(w, NamedSharding(mesh, w_spec)),
+            jax.device_put(b, NamedSharding(mesh, P(c_axes))))
+    _assert_no_activation_gather(_hlo(fn, *args), what)
+    value, grads = fn(*args)
+    np.testing.assert_allclose(value, expected[0], rtol=1e-5, err_msg=what)
+    for g, e in zip(grads, expected[1]):
+      np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-4, atol=1e-5, err_msg=what)

@@ -30,7 +30,7 @@ def main():
     x = jax.random.uniform(kx, (n, h, w, c), jnp.float32, -1, 1).astype(dtype)
     k = jax.random.uniform(kk, (kh, kw, 1, c), jnp.float32, -1, 1).astype(dtype)
     for deterministic in (False, True):
-      def f(x, k, impl):
+      def f(x, k, impl, s=s, d=d, deterministic=deterministic):
         return depthwise_conv2d(x, k, strides=s, kernel_dilation=d, implementation=impl,
                                 deterministic=deterministic)
       y, vjp = jax.vjp(lambda x, k: f(x, k, "flashdwc"), x, k)
