@@ -2,8 +2,13 @@
 
 Hypothesis draws the problem (sizes, strides, dilation, padding, dtype) and a
 seed for the data; the run is derandomized with a fixed number of examples, so a
-failure in CI replays exactly and hypothesis prints the falsifying example.
+failure in CI replays exactly and hypothesis prints the falsifying example. Each
+runs on the CPU handlers and, where there is a GPU, on the CUDA ones;
+FLASHDWC_PROPERTY_EXAMPLES raises the number of examples for a larger sweep
+(60 by default).
 """
+
+import os
 
 import jax
 import jax.numpy as jnp
@@ -11,13 +16,14 @@ import numpy as np
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import assume, given, settings, strategies as st  # noqa: E402
+from hypothesis import HealthCheck, assume, given, settings, strategies as st  # noqa: E402
 
 from jax_flashdwc import depthwise_conv2d  # noqa: E402
 from numerics import all_passes, assert_close, oracle, uniform  # noqa: E402
 from shapes import ConvCase  # noqa: E402
 
 CPU = jax.devices("cpu")[0]
+EXAMPLES = int(os.environ.get("FLASHDWC_PROPERTY_EXAMPLES", "60"))
 
 
 @st.composite
@@ -41,9 +47,11 @@ def _output_hw(case):
   return y.shape
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, print_blob=True)
-@given(problems())
-def test_all_passes_match_oracle(problem):
+# The device fixture is the same for every example, so sharing it is intended.
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, print_blob=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(problem=problems())
+def test_all_passes_match_oracle(problem, device):
   case, dtype, seed = problem
   try:
     y_shape = _output_hw(case)
@@ -53,7 +61,7 @@ def test_all_passes_match_oracle(problem):
   rng = np.random.default_rng(seed)
   x, w = uniform(rng, case.x_shape, dtype), uniform(rng, case.kernel_shape, dtype)
   dy = uniform(rng, y_shape, dtype)
-  put = lambda a: jax.device_put(jnp.asarray(a, dtype), CPU)
+  put = lambda a: jax.device_put(jnp.asarray(a, dtype), device)
   y, dx, dw = jax.jit(lambda x, w, dy: all_passes(
       lambda x, w: depthwise_conv2d(x, w, **case.conv_kwargs()), x, w, dy))(put(x), put(w), put(dy))
   hi = lambda x, w: oracle(x, w, case)
