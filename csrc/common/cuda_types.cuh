@@ -93,4 +93,21 @@ struct Vec4<__half> : Vec4Half<__half2, __half> {};
 template <>
 struct Vec4<__nv_bfloat16> : Vec4Half<__nv_bfloat162, __nv_bfloat16> {};
 
+// The 4 channels [c, c + valid) at p as float, zero where masked (valid <= 0: all).
+// kVec: one Vec4 load (C % 4 == 0, so a group is all in or all out); else scalars.
+template <typename T, bool kVec>
+__device__ __forceinline__ void load4_masked(const T* p, int valid, float (&v)[4]) {
+  if constexpr (kVec) {
+    if (valid > 0) {
+      Vec4<T>::load(p, v);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[i] = 0.0f;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = i < valid ? to_float(p[i]) : 0.0f;
+  }
+}
+
 }  // namespace flashdwc

@@ -15,9 +15,9 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "common/cuda_types.cuh"
+#include "common/static_for.cuh"
 #include "dwconv/params.h"
 
 namespace flashdwc {
@@ -41,31 +41,6 @@ struct BwdFilterGrid {
   bool atomic;             // merge by atomicAdd into slice 0, else store into slice z
 };
 
-// Calls f(std::integral_constant<int, i>) for i in [kBegin, kEnd).
-template <int kBegin, int kEnd, typename F>
-__device__ __forceinline__ void bwd_filter_static_for(F&& f) {
-  if constexpr (kBegin < kEnd) {
-    f(std::integral_constant<int, kBegin>{});
-    bwd_filter_static_for<kBegin + 1, kEnd>(f);
-  }
-}
-
-// 4 channels of one element, zero where masked (valid <= 0) or out of range.
-template <typename T, bool kVec>
-__device__ __forceinline__ void bwd_filter_load4(const T* p, int valid, float (&v)[4]) {
-  if constexpr (kVec) {
-    if (valid > 0) {
-      Vec4<T>::load(p, v);
-    } else {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) v[i] = 0.0f;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) v[i] = i < valid ? to_float(p[i]) : 0.0f;
-  }
-}
-
 // Output columns [ow_begin, ow_end) of one row into acc[t] (taps kw0 + t).
 //
 // Window invariant: at step k (ow = ow_begin + k), slot (kStride * k + t) % kTM holds
@@ -81,13 +56,13 @@ __device__ __forceinline__ void bwd_filter_row(float (&acc)[kTM][4], const T* __
   const int64_t col0 = first_col + ow_begin * kStride;  // column of tap 0 at ow_begin
   auto load_col = [&](float (&v)[4], int64_t col) {
     const bool inside = !kChecked || (col >= 0 && col < in_w);
-    bwd_filter_load4<T, kVec>(x_row + col * channels, inside ? channels_valid : 0, v);
+    load4_masked<T, kVec>(x_row + col * channels, inside ? channels_valid : 0, v);
   };
   auto step = [&](int k, int64_t rel) {  // rel = ow - ow_begin; k = rel % kTM, static
 #pragma unroll
     for (int t = kTM - kStride; t < kTM; ++t) load_col(win[(kStride * k + t) % kTM], col0 + kStride * rel + t);
     float g[4];
-    bwd_filter_load4<T, kVec>(dy_row + (ow_begin + rel) * channels, channels_valid, g);
+    load4_masked<T, kVec>(dy_row + (ow_begin + rel) * channels, channels_valid, g);
 #pragma unroll
     for (int t = 0; t < kTM; ++t)
 #pragma unroll
@@ -103,7 +78,7 @@ __device__ __forceinline__ void bwd_filter_row(float (&acc)[kTM][4], const T* __
     for (int k = 0; k < kTM; ++k) step(k, rel + k);
   }
   const int64_t remainder = count - rel;
-  bwd_filter_static_for<1, kTM>([&](auto r) {
+  static_for<1, kTM>([&](auto r) {
     if (remainder == r.value) {
 #pragma unroll
       for (int k = 0; k < r.value; ++k) step(k, rel + k);

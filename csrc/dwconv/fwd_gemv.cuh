@@ -11,10 +11,10 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "common/cp_async.cuh"
 #include "common/cuda_types.cuh"
+#include "common/static_for.cuh"
 #include "dwconv/epilogue.h"
 #include "dwconv/params.h"
 
@@ -41,31 +41,6 @@ struct GemvFwdGrid {
   // Filter rows per shared-memory stage (see kGemvStageBytes in dwconv_cuda.cu).
   int64_t rows_per_stage;
 };
-
-// Calls f(std::integral_constant<int, i>) for i in [kBegin, kEnd).
-template <int kBegin, int kEnd, typename F>
-__device__ __forceinline__ void static_for(F&& f) {
-  if constexpr (kBegin < kEnd) {
-    f(std::integral_constant<int, kBegin>{});
-    static_for<kBegin + 1, kEnd>(f);
-  }
-}
-
-// The 4 channels [c, c + valid) of one input element, zero where masked.
-template <typename T, bool kVec>
-__device__ __forceinline__ void load_channels(const T* p, int valid, float (&v)[4]) {
-  if constexpr (kVec) {
-    if (valid > 0) {
-      Vec4<T>::load(p, v);
-    } else {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) v[i] = 0.0f;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) v[i] = i < valid ? to_float(p[i]) : 0.0f;
-  }
-}
 
 // Filter rows [kh_begin, kh_end) (all KW taps, 32 channels each) into shared
 // memory, laid out (row, KW, 32). With kVec each 4-channel chunk is one cp.async;
@@ -113,7 +88,7 @@ __device__ __forceinline__ void gemv_row(float (&acc)[kTM][4], const T* __restri
   float win[kWin][4];
   auto load_column = [&](float (&v)[4], int64_t iw) {
     const bool inside = !kChecked || (iw >= 0 && iw < in_w);
-    load_channels<T, kVec>(x_row + iw * channels, inside ? channels_valid : 0, v);
+    load4_masked<T, kVec>(x_row + iw * channels, inside ? channels_valid : 0, v);
   };
   // The column the next tap loads. Unchecked vector loads walk it by pointer (one
   // 64-bit add per tap), with no predicate and no zero fill: the interior chunk

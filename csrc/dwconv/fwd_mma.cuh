@@ -41,6 +41,7 @@
 #include <type_traits>
 
 #include "common/cuda_types.cuh"
+#include "common/static_for.cuh"
 #include "dwconv/epilogue.h"
 #include "dwconv/params.h"
 
@@ -83,15 +84,6 @@ struct MmaFwdGrid {
 };
 
 namespace mma_fwd {
-
-// Calls f(std::integral_constant<int, i>) for i in [kBegin, kEnd).
-template <int kBegin, int kEnd, typename F>
-__device__ __forceinline__ void static_for(F&& f) {
-  if constexpr (kBegin < kEnd) {
-    f(std::integral_constant<int, kBegin>{});
-    static_for<kBegin + 1, kEnd>(f);
-  }
-}
 
 // This block's output tile. Recomputed from blockIdx in each phase (a few
 // 32-bit divisions) rather than kept live across the compute phase, which
