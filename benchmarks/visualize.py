@@ -36,7 +36,9 @@ def main(argv=None):
     rs.sort(key=lambda r: int(r["kh"]))
     ks = [int(r["kh"]) for r in rs]
     ax.plot(ks, [float(r["flashdwc_tflops"]) for r in rs], "o-", label="jax_flashdwc")
-    ax.plot(ks, [float(r["xla_tflops"]) for r in rs], "s--", label="XLA (cuDNN)")
+    xla = [float(r["xla_tflops"]) for r in rs]
+    if any(v == v for v in xla):  # a run with --skip-xla has only NaN here: no XLA line
+      ax.plot(ks, xla, "s--", label="XLA (cuDNN)")
     # Bandwidth roof: FLOPs over (x read once + y written once) / bandwidth.
     roof = [float(r["flashdwc_tflops"]) * H200_BANDWIDTH_GBS / float(r["flashdwc_gbs"]) for r in rs]
     ax.plot(ks, roof, ":", color="gray", label=f"bandwidth roof ({H200_BANDWIDTH_GBS:.0f} GB/s)")
