@@ -60,6 +60,10 @@ TEST_CASES = [
     ConvCase("tiles_k9_c72", 2, 20, 37, 72, 9, 9),
     ConvCase("tiles_k9_c70_s2", 2, 21, 38, 70, 9, 9, strides=2),
     ConvCase("tiles_k17x3_c36_s2x1", 1, 30, 45, 36, 17, 3, strides=(2, 1), dilation=(2, 1)),
+    # The half-precision GEMV kernel's 64-channel blocks and 8-channel vectors: two
+    # full blocks and a ragged third, and C % 8 == 4 (scalar loads in fp16/bf16).
+    ConvCase("tiles_k5_c136_s2", 2, 19, 23, 136, 5, 5, strides=2),
+    ConvCase("tiles_k5_c100", 1, 13, 29, 100, 5, 5),
     # Filter rows wider than one 16 KiB shared-memory stage: one row per stage and
     # more than 48 KiB of dynamic shared memory (fp32), so the launch raises the limit.
     ConvCase("wide_k3x200", 1, 4, 203, 8, 3, 200),

@@ -7,9 +7,11 @@
 //        benchmarks/cuda/time_fwd.cu csrc/dwconv/dwconv_cuda.cu csrc/dwconv/fwd_mma.cu -o time_fwd
 //   ./time_fwd <tag>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <algorithm>
 #include <cstdio>
 #include <random>
+#include <type_traits>
 #include <vector>
 #include "dwconv/dwconv_cuda.h"
 using flashdwc::DwConvParams;
@@ -42,7 +44,7 @@ void point(const char* tag, int64_t n, int64_t h, int64_t w, int64_t c, int64_t 
     cudaEventSynchronize(b); float t; cudaEventElapsedTime(&t, a, b); ms.push_back(t);
   }
   std::sort(ms.begin(), ms.end());
-  std::printf("%s %s %lldx%lldx%lldx%lld k%lld s%lld %.3f ms %.1f TF/s %s\n", tag, sizeof(T) == 4 ? "f32" : "bf16",
+  std::printf("%s %s %lldx%lldx%lldx%lld k%lld s%lld %.3f ms %.1f TF/s %s\n", tag, sizeof(T) == 4 ? "f32" : std::is_same_v<T, __half> ? "f16" : "bf16",
               (long long)n, (long long)h, (long long)w, (long long)c, (long long)k, (long long)s, ms[10],
               2.0 * ye * k * k / ms[10] / 1e9, cudaGetErrorString(cudaGetLastError()));
   cudaFree(x); cudaFree(y); cudaFree(wt);
@@ -59,5 +61,12 @@ int main(int argc, char** argv) {
   for (int k : {3, 7, 13, 17, 31, 51}) point<__nv_bfloat16>(tag, 128, 64, 64, 256, k, 1);
   for (int k : {7, 31}) point<__nv_bfloat16>(tag, 128, 128, 128, 128, k, 1);
   for (int k : {7, 31}) point<__nv_bfloat16>(tag, 128, 32, 32, 1024, k, 1);
+  // The half-precision GEMV kernel (k < 7 and stride 2).
+  for (int k : {3, 5}) point<__nv_bfloat16>(tag, 128, 128, 128, 128, k, 1);
+  for (int k : {3, 5}) point<__nv_bfloat16>(tag, 128, 32, 32, 1024, k, 1);
+  for (int k : {3, 5}) point<__half>(tag, 128, 64, 64, 256, k, 1);
+  point<__nv_bfloat16>(tag, 128, 112, 112, 96, 3, 2);
+  point<__nv_bfloat16>(tag, 128, 56, 56, 144, 3, 2);
+  point<__nv_bfloat16>(tag, 128, 28, 28, 192, 3, 2);
   return 0;
 }

@@ -110,4 +110,64 @@ __device__ __forceinline__ void load4_masked(const T* p, int valid, float (&v)[4
   }
 }
 
+
+// Sixteen bytes of consecutive channels as one vector: 4 float, or 8 half or
+// bfloat16. A thread that moves 16 bytes per load keeps twice the bytes in flight
+// of one moving Vec4 of a half type: the bf16 GEMV forward at k = 3 on
+// 128x128x128x128 ran at 0.93 TB/s with 8-byte loads, against 2.2 TB/s for fp32
+// with 16-byte ones. The pointer must be 16-byte aligned.
+template <typename T>
+struct Vec16;
+
+template <>
+struct Vec16<float> : Vec4<float> {
+  static constexpr int kWidth = 4;
+};
+
+template <typename T>
+struct Vec16Half {
+  static constexpr int kWidth = 8;
+  using Half4 = Vec4<T>;
+  __device__ __forceinline__ static void unpack(uint4 u, float (&v)[8]) {
+    Half4::unpack(make_uint2(u.x, u.y), *reinterpret_cast<float(*)[4]>(&v[0]));
+    Half4::unpack(make_uint2(u.z, u.w), *reinterpret_cast<float(*)[4]>(&v[4]));
+  }
+  __device__ __forceinline__ static void load(const T* p, float (&v)[8]) {
+    unpack(__ldg(reinterpret_cast<const uint4*>(p)), v);
+  }
+  __device__ __forceinline__ static void load_shared(const T* p, float (&v)[8]) {
+    unpack(*reinterpret_cast<const uint4*>(p), v);
+  }
+  __device__ __forceinline__ static void store(T* p, const float (&v)[8]) {
+    uint2 lo, hi;
+    Half4::store(reinterpret_cast<T*>(&lo), *reinterpret_cast<const float(*)[4]>(&v[0]));
+    Half4::store(reinterpret_cast<T*>(&hi), *reinterpret_cast<const float(*)[4]>(&v[4]));
+    *reinterpret_cast<uint4*>(p) = make_uint4(lo.x, lo.y, hi.x, hi.y);
+  }
+};
+
+template <>
+struct Vec16<__half> : Vec16Half<__half> {};
+template <>
+struct Vec16<__nv_bfloat16> : Vec16Half<__nv_bfloat16> {};
+
+// The Vec16<T>::kWidth channels [c, c + valid) at p as float, zero where masked
+// (valid <= 0: all). kVec: one 16-byte load (C a multiple of the width, so a group
+// is all in or all out); else scalars.
+template <typename T, bool kVec>
+__device__ __forceinline__ void load16_masked(const T* p, int valid, float (&v)[Vec16<T>::kWidth]) {
+  constexpr int kWidth = Vec16<T>::kWidth;
+  if constexpr (kVec) {
+    if (valid > 0) {
+      Vec16<T>::load(p, v);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kWidth; ++i) v[i] = 0.0f;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kWidth; ++i) v[i] = i < valid ? to_float(p[i]) : 0.0f;
+  }
+}
+
 }  // namespace flashdwc

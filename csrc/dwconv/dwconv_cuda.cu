@@ -18,24 +18,19 @@ constexpr int kDirectThreads = 256;
 constexpr int64_t kMaxDirectBlocks = 65536;
 
 // Outputs per thread along the width in the GEMV kernel, and the register cap
-// (through the minimum resident blocks per SM). Stride 1: the paper's TM = 8,
+// (through the minimum resident blocks per SM). fp32 stride 1: the paper's TM = 8,
 // capped at 128 registers (4 blocks of 128 threads per SM; uncapped, ptxas takes
 // 143-168 and only 3 fit). Stride 2 needs a window of 2*TM - 1 columns: TM = 8
 // took 202-255 registers and spilled kilobytes when capped, TM = 4 fits in 128.
-template <int kStride>
-struct GemvConfig;
-template <>
-struct GemvConfig<1> {
-  static constexpr int kTM = 8;
-  static constexpr int kMinBlocksPerSM = 4;
-};
-template <>
-struct GemvConfig<2> {
-  static constexpr int kTM = 4;
+// fp16/bf16 threads hold 8 channels, twice fp32's 4, so half the TM keeps the
+// accumulators and the window the same size.
+template <typename T, int kStride>
+struct GemvConfig {
+  static constexpr int kTM = (kStride == 1 ? 8 : 4) * 4 / GemvFwdTraits<T>::kChannelsPerThread;
   static constexpr int kMinBlocksPerSM = 4;
 };
 // Widest filter row the GEMV kernel keeps in shared memory: 2 rows x 512 taps x
-// 32 channels x 4 bytes = 128 KiB, within the 227 KiB an sm_90 block may use.
+// 128 bytes of channels = 128 KiB, within the 227 KiB an sm_90 block may use.
 constexpr int64_t kGemvMaxKernelW = 512;
 // Filter bytes per pipeline stage: whole filters up to 11x11 (fp32) in one stage,
 // four 31-wide rows per stage, while two stages stay small next to L1.
@@ -59,8 +54,8 @@ cudaError_t launch_fwd_direct(const DwConvParams& p, const T* x, const T* w, T* 
 template <typename T, int kStride, bool kVec>
 cudaError_t launch_fwd_gemv(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
                             const FwdEpilogue& epilogue) {
-  using Tr = GemvFwdTraits;
-  constexpr int kTM = GemvConfig<kStride>::kTM;
+  using Tr = GemvFwdTraits<T>;
+  constexpr int kTM = GemvConfig<T, kStride>::kTM;
   GemvFwdGrid grid;
   grid.segments_per_row = (p.out_w + kTM - 1) / kTM;
   grid.rows = p.batch * p.out_h;
@@ -70,7 +65,7 @@ cudaError_t launch_fwd_gemv(const DwConvParams& p, const T* x, const T* w, T* y,
   const dim3 blocks(unsigned((grid.segments + Tr::kSegments - 1) / Tr::kSegments),
                     unsigned((p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels));
   const size_t smem = 2 * size_t(grid.rows_per_stage * row_bytes);
-  auto kernel = dwconv_fwd_gemv_kernel<T, kTM, kStride, kVec, GemvConfig<kStride>::kMinBlocksPerSM>;
+  auto kernel = dwconv_fwd_gemv_kernel<T, kTM, kStride, kVec, GemvConfig<T, kStride>::kMinBlocksPerSM>;
   if (smem > 48 * 1024) {
     if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
         err != cudaSuccess) {
@@ -84,8 +79,8 @@ cudaError_t launch_fwd_gemv(const DwConvParams& p, const T* x, const T* w, T* y,
 template <typename T, int kStride>
 cudaError_t launch_fwd_gemv_stride(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
                                    const FwdEpilogue& epilogue) {
-  const bool vec = p.channels % 4 == 0 && aligned(x, 4 * sizeof(T)) && aligned(w, 4 * sizeof(T)) &&
-                   aligned(y, 4 * sizeof(T));
+  const bool vec = p.channels % GemvFwdTraits<T>::kChannelsPerThread == 0 && aligned(x, 16) && aligned(w, 16) &&
+                   aligned(y, 16);
   return vec ? launch_fwd_gemv<T, kStride, true>(p, x, w, y, stream, epilogue)
              : launch_fwd_gemv<T, kStride, false>(p, x, w, y, stream, epilogue);
 }
@@ -99,9 +94,11 @@ cudaError_t launch_fwd_gemv_stride(const DwConvParams& p, const T* x, const T* w
 constexpr int64_t kMmaMinKernelW = 7;
 
 FwdKernel select_fwd_kernel(const DwConvParams& p, bool half_precision) {
-  using Tr = GemvFwdTraits;
   if (half_precision && p.kernel_w >= kMmaMinKernelW && fwd_mma_supports(p)) return FwdKernel::kMma;
-  const int64_t tm = p.stride_w == 1 ? GemvConfig<1>::kTM : GemvConfig<2>::kTM;
+  // Grid limits of the GEMV kernel, checked for the most blocks either storage type
+  // launches: fp32's 32-channel blocks along y, the half types' smaller TM along x.
+  using Tr = GemvFwdTraits<float>;
+  const int64_t tm = p.stride_w == 1 ? GemvConfig<__half, 1>::kTM : GemvConfig<__half, 2>::kTM;
   const int64_t segments = (p.batch * p.out_h + Tr::kRowsPerWarp - 1) / Tr::kRowsPerWarp * Tr::kRowsPerWarp *
                            ((p.out_w + tm - 1) / tm);
   const bool gemv = (p.stride_w == 1 || p.stride_w == 2) && p.dilation_w == 1 &&

@@ -1,13 +1,14 @@
 // Flash-DWC forward kernel on CUDA cores (paper section 3): each thread computes
-// kTM consecutive outputs along the width for 4 channels, as FH rows of 1-D
+// kTM consecutive outputs along the width for 16 bytes of channels (4 fp32, 8
+// fp16/bf16), as FH rows of 1-D
 // convolutions. Along each row the inputs are reused width-first from a register
-// window (one new 4-channel load per filter tap feeds kTM * 4 FMAs) and the filter
+// window (one new 16-byte load per filter tap feeds kTM * width FMAs) and the filter
 // rows are shared by the block from shared memory, loaded with cp.async one stage
 // of rows ahead (double buffer).
 //
-// Block: 4 warps; a warp is 8 (channel groups of 4) x 4 (width segments), so a
-// block covers 32 channels x 16 segments of kTM outputs. Loads of 4 channels per
-// thread make each row of 8 threads one 128-byte transaction for fp32.
+// Block: 4 warps; a warp is 8 channel groups x 4 width segments, so a block
+// covers 32 (fp32) or 64 (half) channels x 16 segments of kTM outputs. Loads of
+// 16 bytes per thread make each row of 8 threads one 128-byte transaction.
 #pragma once
 
 #include <cstdint>
@@ -20,14 +21,14 @@
 
 namespace flashdwc {
 
+template <typename T>
 struct GemvFwdTraits {
   static constexpr int kThreads = 128;
-  static constexpr int kChannelsPerThread = 4;
+  static constexpr int kChannelsPerThread = Vec16<T>::kWidth;                 // 4 fp32, 8 half
   static constexpr int kChannelGroups = 8;                                   // threads along C per warp
-  static constexpr int kBlockChannels = kChannelGroups * kChannelsPerThread;  // 32
+  static constexpr int kBlockChannels = kChannelGroups * kChannelsPerThread;  // 128 bytes: 32 or 64
   static constexpr int kSegments = kThreads / kChannelGroups;                 // 16 width segments
   static constexpr int kRowsPerWarp = 32 / kChannelGroups;                    // 4
-  static_assert(kBlockChannels == 32, "the filter row in shared memory is laid out for 32 channels");
 };
 
 // Problem-derived values computed once on the host.
@@ -42,13 +43,14 @@ struct GemvFwdGrid {
   int64_t rows_per_stage;
 };
 
-// Filter rows [kh_begin, kh_end) (all KW taps, 32 channels each) into shared
-// memory, laid out (row, KW, 32). With kVec each 4-channel chunk is one cp.async;
-// otherwise plain element copies.
+// Filter rows [kh_begin, kh_end) (all KW taps, kBlockChannels channels each) into
+// shared memory, laid out (row, KW, kBlockChannels). With kVec each 16-byte chunk
+// is one cp.async; otherwise plain element copies.
 template <typename T, bool kVec>
 __device__ __forceinline__ void load_filter_rows(T* dst, const T* __restrict__ w, const DwConvParams& p,
                                                  int64_t kh_begin, int64_t kh_end, int64_t channel_base) {
-  using Tr = GemvFwdTraits;
+  using Tr = GemvFwdTraits<T>;
+  constexpr int kWidth = Tr::kChannelsPerThread;
   const int kernel_w = int(p.kernel_w);
   if constexpr (kVec) {
     const int row_chunks = kernel_w * Tr::kChannelGroups;
@@ -56,10 +58,10 @@ __device__ __forceinline__ void load_filter_rows(T* dst, const T* __restrict__ w
     for (int q = threadIdx.x; q < chunks; q += Tr::kThreads) {
       const int r = q / row_chunks, in_row = q % row_chunks;
       const int kw = in_row / Tr::kChannelGroups, group = in_row % Tr::kChannelGroups;
-      const int64_t c = channel_base + group * 4;
+      const int64_t c = channel_base + group * kWidth;
       const bool valid = c < p.channels;
       const T* src = valid ? w + filter_tap(p, kh_begin + r, kw) * p.channels + c : w;
-      cp_async<4 * sizeof(T)>(dst + q * 4, src, valid);
+      cp_async<16>(dst + q * kWidth, src, valid);
     }
   } else {
     const int row_elems = kernel_w * Tr::kBlockChannels;
@@ -72,7 +74,7 @@ __device__ __forceinline__ void load_filter_rows(T* dst, const T* __restrict__ w
   }
 }
 
-// One filter row's 1-D convolution for this thread's kTM x 4 outputs.
+// One filter row's 1-D convolution for this thread's kTM x kWidth outputs.
 //
 // Only taps [kw_begin, kw_end) run: the others read padding for all kTM outputs.
 // Window invariant: at tap kw, slot (kw - kw_begin + j) % kWin holds input column
@@ -81,14 +83,16 @@ __device__ __forceinline__ void load_filter_rows(T* dst, const T* __restrict__ w
 // the taps unrolled in chunks of kWin, every slot index is a compile-time
 // constant and the window never moves between registers.
 template <typename T, int kTM, int kStride, bool kVec, bool kChecked>
-__device__ __forceinline__ void gemv_row(float (&acc)[kTM][4], const T* __restrict__ x_row,
+__device__ __forceinline__ void gemv_row(float (&acc)[kTM][Vec16<T>::kWidth], const T* __restrict__ x_row,
                                          const T* w_row, int64_t base_iw, int64_t in_w,
                                          int64_t channels, int channels_valid, int kw_begin, int kw_end) {
+  using Tr = GemvFwdTraits<T>;
+  constexpr int kWidth = Tr::kChannelsPerThread;
   constexpr int kWin = kStride * (kTM - 1) + 1;
-  float win[kWin][4];
-  auto load_column = [&](float (&v)[4], int64_t iw) {
+  float win[kWin][kWidth];
+  auto load_column = [&](float (&v)[kWidth], int64_t iw) {
     const bool inside = !kChecked || (iw >= 0 && iw < in_w);
-    load4_masked<T, kVec>(x_row + iw * channels, inside ? channels_valid : 0, v);
+    load16_masked<T, kVec>(x_row + iw * channels, inside ? channels_valid : 0, v);
   };
   // The column the next tap loads. Unchecked vector loads walk it by pointer (one
   // 64-bit add per tap), with no predicate and no zero fill: the interior chunk
@@ -96,22 +100,22 @@ __device__ __forceinline__ void gemv_row(float (&acc)[kTM][4], const T* __restri
   const T* next_column = x_row + (base_iw + kw_begin + kWin - 1) * channels;
   auto tap = [&](int k, int kw) {
     if constexpr (!kChecked && kVec) {
-      Vec4<T>::load(next_column, win[(k + kWin - 1) % kWin]);
+      Vec16<T>::load(next_column, win[(k + kWin - 1) % kWin]);
       next_column += channels;
     } else {
       load_column(win[(k + kWin - 1) % kWin], base_iw + kw + kWin - 1);
     }
-    float wv[4];
+    float wv[kWidth];
     if constexpr (kVec) {
-      Vec4<T>::load_shared(w_row + kw * GemvFwdTraits::kBlockChannels, wv);
+      Vec16<T>::load_shared(w_row + kw * Tr::kBlockChannels, wv);
     } else {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) wv[i] = to_float(w_row[kw * GemvFwdTraits::kBlockChannels + i]);
+      for (int i = 0; i < kWidth; ++i) wv[i] = to_float(w_row[kw * Tr::kBlockChannels + i]);
     }
 #pragma unroll
     for (int t = 0; t < kTM; ++t)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) acc[t][i] = fmaf(win[(k + kStride * t) % kWin][i], wv[i], acc[t][i]);
+      for (int i = 0; i < kWidth; ++i) acc[t][i] = fmaf(win[(k + kStride * t) % kWin][i], wv[i], acc[t][i]);
   };
 
 #pragma unroll
@@ -133,13 +137,14 @@ __device__ __forceinline__ void gemv_row(float (&acc)[kTM][4], const T* __restri
 }
 
 template <typename T, int kTM, int kStride, bool kVec, int kMinBlocksPerSM>
-__global__ void __launch_bounds__(GemvFwdTraits::kThreads, kMinBlocksPerSM)
+__global__ void __launch_bounds__(GemvFwdTraits<T>::kThreads, kMinBlocksPerSM)
 dwconv_fwd_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
                        DwConvParams p, GemvFwdGrid grid, FwdEpilogue epilogue) {
-  using Tr = GemvFwdTraits;
+  using Tr = GemvFwdTraits<T>;
+  constexpr int kWidth = Tr::kChannelsPerThread;
   constexpr int kRowsPerWarp = Tr::kRowsPerWarp;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* w_smem = reinterpret_cast<T*>(smem_raw);  // (2, rows_per_stage, KW, 32): double-buffered stages
+  T* w_smem = reinterpret_cast<T*>(smem_raw);  // (2, rows_per_stage, KW, kBlockChannels): double-buffered
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int group = lane % Tr::kChannelGroups;
@@ -152,9 +157,9 @@ dwconv_fwd_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __re
   const int64_t in_group = segment % (grid.segments_per_row * kRowsPerWarp);
   const int64_t row = row_group * kRowsPerWarp + in_group % kRowsPerWarp;
   const int64_t channel_base = int64_t(blockIdx.y) * Tr::kBlockChannels;
-  const int64_t c0 = channel_base + group * 4;
+  const int64_t c0 = channel_base + group * kWidth;
   const int64_t channels_left = p.channels - c0;
-  const int channels_valid = channels_left <= 0 ? 0 : channels_left >= 4 ? 4 : int(channels_left);
+  const int channels_valid = channels_left <= 0 ? 0 : channels_left >= kWidth ? kWidth : int(channels_left);
   const bool active = row < grid.rows && channels_valid > 0;
 
   const int64_t ow0 = (in_group / kRowsPerWarp) * kTM;
@@ -177,11 +182,11 @@ dwconv_fwd_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __re
   kw_begin = int(__reduce_min_sync(0xffffffffu, unsigned(kw_begin)));
   kw_end = max(kw_begin, int(__reduce_max_sync(0xffffffffu, unsigned(kw_end))));
 
-  float acc[kTM][4];
+  float acc[kTM][kWidth];
 #pragma unroll
   for (int t = 0; t < kTM; ++t)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[t][i] = 0.0f;
+    for (int i = 0; i < kWidth; ++i) acc[t][i] = 0.0f;
 
   // Filter rows travel in stages of grid.rows_per_stage rows, double-buffered, so
   // that small filters need one barrier pair in all and large ones few.
@@ -214,7 +219,7 @@ dwconv_fwd_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __re
       // Channel groups past C read channel 0 instead (never stored), so that the
       // interior loads need no mask.
       const T* x_row = x + (n * p.in_h + ih) * p.in_w * p.channels + (channels_valid > 0 ? c0 : 0);
-      const T* w_row = stage_smem(stage) + (kh - stage * rows_per_stage) * row_elems + group * 4;
+      const T* w_row = stage_smem(stage) + (kh - stage * rows_per_stage) * row_elems + group * kWidth;
       if (interior) {
         gemv_row<T, kTM, kStride, kVec, false>(acc, x_row, w_row, base_iw, p.in_w, p.channels,
                                                channels_valid, 0, kernel_w);
@@ -229,16 +234,16 @@ dwconv_fwd_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __re
 
   if (!active) return;
   if (epilogue.active()) {
-    float bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float bias[kWidth] = {};
     if (epilogue.bias != nullptr) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+      for (int i = 0; i < kWidth; ++i)
         if (i < channels_valid) bias[i] = to_float(static_cast<const T*>(epilogue.bias)[c0 + i]);
     }
 #pragma unroll
     for (int t = 0; t < kTM; ++t)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) acc[t][i] = apply_activation(epilogue.activation, acc[t][i] + bias[i]);
+      for (int i = 0; i < kWidth; ++i) acc[t][i] = apply_activation(epilogue.activation, acc[t][i] + bias[i]);
   }
   T* y_base = y + ((n * p.out_h + oh) * p.out_w + ow0) * p.channels + c0;
 #pragma unroll
@@ -246,10 +251,10 @@ dwconv_fwd_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __re
     if (ow0 + t >= p.out_w) break;
     T* dst = y_base + t * p.channels;
     if constexpr (kVec) {
-      Vec4<T>::store(dst, acc[t]);
+      Vec16<T>::store(dst, acc[t]);
     } else {
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+      for (int i = 0; i < kWidth; ++i)
         if (i < channels_valid) dst[i] = from_float<T>(acc[t][i]);
     }
   }
