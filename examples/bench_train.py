@@ -50,6 +50,30 @@ def time_step(model_name, conv, batch, size, bf16, steps, classes=1000):
   return statistics.median(times)
 
 
+def write_results(rows, stem, title):
+  """The rows as stem.csv, and a bar chart of their speedups as stem.png."""
+  with open(stem + ".csv", "w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, ax = plt.subplots(figsize=(6.5, 3.8))
+  speedups = [float(r["speedup"]) for r in rows]
+  ax.bar([r["model"] for r in rows], speedups)
+  for i, s in enumerate(speedups):
+    ax.text(i, s, f"{s:.2f}x", ha="center", va="bottom")
+  ax.axhline(1.0, color="gray", linewidth=1)
+  ax.set_ylabel("training-step speedup over flax's conv")
+  ax.set_title(title, fontsize=9)
+  fig.tight_layout()
+  fig.savefig(stem + ".png", dpi=110)
+  plt.close(fig)
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), choices=sorted(MODELS))
@@ -62,6 +86,11 @@ def main(argv=None):
 
   device = jax.devices()[0]
   rows = []
+  stem = None
+  if args.out:
+    os.makedirs(args.out, exist_ok=True)
+    stem = os.path.join(args.out, f"train_step_{device.platform}_{'bfloat16' if args.bf16 else 'float32'}"
+                        f"_b{args.batch}")
   for name in args.models:
     t = {conv: time_step(name, conv, args.batch, args.image_size, args.bf16, args.steps) for conv in ("flax", "flashdwc")}
     rows.append({"model": name, "batch": args.batch, "image_size": args.image_size,
@@ -72,29 +101,10 @@ def main(argv=None):
                  "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")})
     print(f"{name:20s} flax {t['flax'] * 1e3:9.2f} ms   flashdwc {t['flashdwc'] * 1e3:9.2f} ms   "
           f"x{t['flax'] / t['flashdwc']:.2f}", flush=True)
-  if args.out:
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"train_step_{device.platform}_{rows[0]['dtype']}_b{args.batch}")
-    with open(stem + ".csv", "w", newline="") as f:
-      writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-      writer.writeheader()
-      writer.writerows(rows)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
-    speedups = [float(r["speedup"]) for r in rows]
-    ax.bar([r["model"] for r in rows], speedups)
-    for i, s in enumerate(speedups):
-      ax.text(i, s, f"{s:.2f}x", ha="center", va="bottom")
-    ax.axhline(1.0, color="gray", linewidth=1)
-    ax.set_ylabel("training-step speedup over flax's conv")
-    ax.set_title(f"{device.device_kind}, {rows[0]['dtype']}, batch {args.batch}, {args.image_size}x{args.image_size}",
-                 fontsize=9)
-    fig.tight_layout()
-    fig.savefig(stem + ".png", dpi=110)
+    if stem:  # after every model, so that a run cut short keeps what it measured
+      write_results(rows, stem, f"{device.device_kind}, {rows[0]['dtype']}, batch {args.batch}, "
+                    f"{args.image_size}x{args.image_size}")
+  if stem:
     print(f"wrote {stem}.csv and {stem}.png")
   return rows
 
