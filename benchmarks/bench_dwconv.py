@@ -35,9 +35,13 @@ from jax_flashdwc import depthwise_conv2d  # noqa: E402
 # fwd_bias_gelu: the forward with bias + exact GELU fused into the kernel;
 # fwd_bias_gelu_unfused: the same computed as conv, then bias and GELU by XLA (the
 # sequence the fusion replaces). The bias is the filter's first tap row.
-MODES = ("fwd", "bwd_data", "bwd_filter", "fwd+bwd", "fwd_bias_gelu", "fwd_bias_gelu_unfused")
+# fwd_bn_relu: the input prologue, a folded batch norm (per-channel scale and
+# shift) and ReLU applied by the kernel as it reads x; fwd_bn_relu_unfused: XLA's
+# elementwise pass writing x', then the conv. Scale and shift come from the filter.
+MODES = ("fwd", "bwd_data", "bwd_filter", "fwd+bwd", "fwd_bias_gelu", "fwd_bias_gelu_unfused", "fwd_bn_relu",
+         "fwd_bn_relu_unfused")
 PASSES_PER_MODE = {"fwd": 1, "bwd_data": 1, "bwd_filter": 1, "fwd+bwd": 3, "fwd_bias_gelu": 1,
-                   "fwd_bias_gelu_unfused": 1}
+                   "fwd_bias_gelu_unfused": 1, "fwd_bn_relu": 1, "fwd_bn_relu_unfused": 1}
 SHAPE_SETS = {"paper": paper_points, "models": model_layers,
               # A few test shapes, for checking the harness itself on a CPU.
               "smoke": lambda: [c for c in TEST_CASES if c.name in ("convnext_k7_pad3", "mobilenet_s2_k3",
@@ -63,6 +67,12 @@ def make_fn(mode, implementation, kwargs):
     fn = lambda x, w, dy: conv(x, w, bias=w[0, 0, 0], activation="gelu")
   elif mode == "fwd_bias_gelu_unfused":
     fn = lambda x, w, dy: jax.nn.gelu(conv(x, w) + w[0, 0, 0], approximate=False)
+  elif mode == "fwd_bn_relu":
+    fn = lambda x, w, dy: conv(x, w, input_scale=w[0, 0, 0].astype(jnp.float32),
+                               input_shift=w[-1, -1, 0].astype(jnp.float32), input_activation="relu")
+  elif mode == "fwd_bn_relu_unfused":
+    fn = lambda x, w, dy: conv(jax.nn.relu(x.astype(jnp.float32) * w[0, 0, 0].astype(jnp.float32)
+                                           + w[-1, -1, 0].astype(jnp.float32)).astype(x.dtype), w)
   else:
     fn = lambda x, w, dy: jax.value_and_grad(lambda x, w: jnp.vdot(conv(x, w), dy).real, argnums=(0, 1))(x, w)
   return jax.jit(fn)
@@ -77,7 +87,8 @@ def conv_flops_and_bytes(case, dtype, mode, y_shape):
   x_elems, y_elems = case.n * case.h * case.w * case.c, case.n * ho * wo * case.c
   elems = {"fwd": x_elems + y_elems, "bwd_data": y_elems + x_elems, "bwd_filter": x_elems + y_elems,
            "fwd+bwd": 2 * x_elems + 2 * y_elems + x_elems, "fwd_bias_gelu": x_elems + y_elems,
-           "fwd_bias_gelu_unfused": x_elems + y_elems}[mode]
+           "fwd_bias_gelu_unfused": x_elems + y_elems, "fwd_bn_relu": x_elems + y_elems,
+           "fwd_bn_relu_unfused": x_elems + y_elems}[mode]
   return flops, elems * itemsize
 
 

@@ -31,8 +31,9 @@ def fwd_abstract(x, w, *, geometry):
   return ShapedArray((x.shape[0], ho, wo, x.shape[3]), x.dtype)
 
 
-def fwd_fused_abstract(x, w, bias, *, geometry, activation):
-  """y = activation(conv(x, w) + bias): as fwd_abstract; bias is (C,)."""
+def fwd_fused_abstract(x, w, bias, scale, shift, *, geometry, activation, prologue, input_activation):
+  """y = activation(conv(x', w) + bias), x' = input_activation(x * scale + shift) if
+  `prologue` else x: as fwd_abstract; bias (C,) in x's dtype, scale and shift (C,) float32."""
   return fwd_abstract(x, w, geometry=geometry)
 
 
@@ -49,12 +50,14 @@ def bwd_filter_abstract(x, dy, *, geometry, kernel_hw, deterministic):
 def _ffi_lowering(target: str):
   lower = jax.ffi.ffi_lowering(target)
 
-  def rule(ctx, *operands, geometry, activation=None, **_shape_params):
-    # Only `geometry` (and the fused forward's activation) reach the handler;
+  def rule(ctx, *operands, geometry, activation=None, prologue=False, input_activation=None, **_shape_params):
+    # Only `geometry` (and the fused forward's activations) reach the handler;
     # shapes travel with the buffers.
     attributes = {"geometry": geometry.ffi_attribute()}
     if target == "flashdwc_fwd_fused":
       attributes["activation"] = np.int64(_activations.code(activation))
+      # -1: no prologue (scale and shift are then ignored).
+      attributes["prologue"] = np.int64(_activations.code(input_activation) if prologue else -1)
     return lower(ctx, *operands, **attributes)
 
   return rule

@@ -63,10 +63,11 @@ def _image_filter_plan(mesh, arg_shapes):
 
 
 def _fused_plan(mesh, arg_shapes):
-  """Shardings for the fused forward (x, w, bias) -> y: bias goes with the channels."""
+  """Shardings for the fused forward (x, w, bias, scale, shift) -> y: the per-channel
+  operands go with the channels."""
   (image, w), result, reduce_axes = _image_filter_plan(mesh, arg_shapes)
-  bias = NamedSharding(mesh, P(w.spec[3]))
-  return (image, w, bias), result, reduce_axes
+  per_channel = NamedSharding(mesh, P(w.spec[3]))
+  return (image, w, per_channel, per_channel, per_channel), result, reduce_axes
 
 
 def _bwd_filter_plan(mesh, arg_shapes):
@@ -116,8 +117,9 @@ def _fwd(x, w, geometry):
   return calls.fwd_call_p.bind(x, w, geometry=geometry)
 
 
-def _fwd_fused(x, w, bias, geometry, activation):
-  return calls.fwd_fused_call_p.bind(x, w, bias, geometry=geometry, activation=activation)
+def _fwd_fused(x, w, bias, scale, shift, geometry, activation, prologue, input_activation):
+  return calls.fwd_fused_call_p.bind(x, w, bias, scale, shift, geometry=geometry, activation=activation,
+                                     prologue=prologue, input_activation=input_activation)
 
 
 def _bwd_data(dy, w, geometry, input_hw):
@@ -129,6 +131,7 @@ def _bwd_filter(x, dy, geometry, kernel_hw, deterministic):
 
 
 fwd = _partitioned(_fwd, "n h w c, kh kw one c -> n ho wo c", (2,))
-fwd_fused = _partitioned(_fwd_fused, "n h w c, kh kw one c, c -> n ho wo c", (3, 4), plan=_fused_plan)
+fwd_fused = _partitioned(_fwd_fused, "n h w c, kh kw one c, c, c, c -> n ho wo c", (5, 6, 7, 8),
+                         plan=_fused_plan)
 bwd_data = _partitioned(_bwd_data, "n ho wo c, kh kw one c -> n h w c", (2, 3))
 bwd_filter = _partitioned(_bwd_filter, "n h w c, n ho wo c -> kh kw one c", (2, 3, 4), reduction=("n",))

@@ -34,29 +34,56 @@ def _dwconv_bwd(geometry, deterministic, residuals, dy):
 _dwconv.defvjp(_dwconv_fwd, _dwconv_bwd)
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
-def _dwconv_fused(x, kernel, bias, geometry: ConvGeometry, activation, deterministic: bool):
-  return ops.dwconv_fwd_fused(x, kernel, bias, geometry, activation)
+@partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9))
+def _dwconv_fused(x, kernel, bias, scale, shift, geometry: ConvGeometry, activation, prologue: bool,
+                  input_activation, deterministic: bool):
+  return ops.dwconv_fwd_fused(x, kernel, bias, scale, shift, geometry, activation, prologue, input_activation)
 
 
-def _dwconv_fused_fwd(x, kernel, bias, geometry, activation, deterministic):
+def _dwconv_fused_fwd(x, kernel, bias, scale, shift, geometry, activation, prologue, input_activation,
+                      deterministic):
   # Differentiating needs the pre-activation z: the kernel stores z = conv + bias
   # and XLA applies the activation (one elementwise pass, usually fused onward).
-  z = ops.dwconv_fwd_fused(x, kernel, bias, geometry, None)
-  return _activations.apply(activation, z), (x, kernel, z)
+  z = ops.dwconv_fwd_fused(x, kernel, bias, scale, shift, geometry, None, prologue, input_activation)
+  return _activations.apply(activation, z), (x, kernel, scale, shift, z)
 
 
-def _dwconv_fused_bwd(geometry, activation, deterministic, residuals, dy):
-  x, kernel, z = residuals
+def _dwconv_fused_bwd(geometry, activation, prologue, input_activation, deterministic, residuals, dy):
+  x, kernel, scale, shift, z = residuals
   _, activation_vjp = jax.vjp(lambda z: _activations.apply(activation, z), z)
   (dz,) = activation_vjp(dy)
   dbias = jnp.sum(dz.astype(jnp.float32), axis=(0, 1, 2)).astype(z.dtype)
-  dx = ops.dwconv_bwd_data(dz, kernel, geometry, x.shape[1:3])
-  dw = ops.dwconv_bwd_filter(x, dz, geometry, kernel.shape[:2], deterministic)
-  return dx, dw, dbias
+  dx_conv = ops.dwconv_bwd_data(dz, kernel, geometry, x.shape[1:3])
+  if not prologue:
+    dw = ops.dwconv_bwd_filter(x, dz, geometry, kernel.shape[:2], deterministic)
+    return dx_conv, dw, dbias, jnp.zeros_like(scale), jnp.zeros_like(shift)
+  # The backward passes run on x' = act(x * scale + shift), recomputed here by XLA
+  # in one elementwise pass rather than saved by the forward kernel.
+  x_prime, prologue_vjp = jax.vjp(lambda u: _activations.apply(input_activation, u),
+                                  x.astype(jnp.float32) * scale + shift)
+  dw = ops.dwconv_bwd_filter(x_prime.astype(x.dtype), dz, geometry, kernel.shape[:2], deterministic)
+  (du,) = prologue_vjp(dx_conv.astype(jnp.float32))
+  dx = (du * scale).astype(x.dtype)
+  dscale = jnp.sum(du * x.astype(jnp.float32), axis=(0, 1, 2))
+  dshift = jnp.sum(du, axis=(0, 1, 2))
+  return dx, dw, dbias, dscale, dshift
 
 
 _dwconv_fused.defvjp(_dwconv_fused_fwd, _dwconv_fused_bwd)
+
+
+def _per_channel(name, value, channels):
+  """`value` as a (C,) array, or a ValueError naming `name`."""
+  value = jnp.asarray(value)
+  if value.shape != (channels,):
+    raise ValueError(f"{name} must have shape (C,) = ({channels},), one value per channel; got {value.shape}")
+  return value
+
+
+def _check_activation(name, activation):
+  if activation not in _activations.ACTIVATIONS:
+    names = tuple(a for a in _activations.ACTIVATIONS if a is not None)
+    raise ValueError(f"{name} must be None or one of {names}; got {activation!r}")
 
 
 def depthwise_conv2d(
@@ -70,6 +97,9 @@ def depthwise_conv2d(
     implementation: Literal["flashdwc", "xla"] | None = None,
     bias: jax.Array | None = None,
     activation: Literal["relu", "gelu", "gelu_tanh", "silu"] | None = None,
+    input_scale: jax.Array | None = None,
+    input_shift: jax.Array | None = None,
+    input_activation: Literal["relu", "gelu", "gelu_tanh", "silu"] | None = None,
     deterministic: bool = False,
 ) -> jax.Array:
   """Depthwise 2-D convolution: each channel convolved with its own filter.
@@ -94,6 +124,15 @@ def depthwise_conv2d(
     activation: optional activation applied after the bias, in the same kernel:
       "relu", "gelu" (exact, erf), "gelu_tanh" (tanh approximation) or "silu",
       as in jax.nn. Differentiable: the gradient uses the pre-activation.
+    input_scale, input_shift, input_activation: an optional prologue, applied
+      to x as the kernel reads it: the convolution runs on
+      x' = input_activation(x * input_scale + input_shift), per channel, in
+      float32, zero-padded after the transform (as if x' were materialized).
+      This is a batch norm folded into a scale and shift, and its activation,
+      ahead of the depthwise conv, without a pass that writes x'. Scale and
+      shift are (C,) floating-point arrays (used in float32); any of the three
+      may be given alone (scale 1, shift 0, no activation by default).
+      Differentiable in all of them: the backward passes recompute x' in XLA.
     deterministic: make the kernel gradient bit-identical from run to run: the
       GPU kernel then sums its partial results in a fixed order instead of with
       atomic adds, in scratch memory of one float32 filter per chunk of rows. The
@@ -101,31 +140,43 @@ def depthwise_conv2d(
 
   Returns:
     (N, Ho, Wo, C) in x's dtype, accumulated in float32, then bias and activation
-    if given. Without them it matches
+    if given. Without them and without a prologue it matches
     ``lax.conv_general_dilated(x, kernel, strides, padding, rhs_dilation=...,
     dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=C)``.
-    Differentiable in x, kernel and bias (reverse mode), and batchable with vmap.
+    Differentiable in x, kernel, bias, input_scale and input_shift (reverse
+    mode), and batchable with vmap.
   """
   if implementation is not None and implementation not in IMPLEMENTATIONS:
     raise ValueError(f"implementation must be None or one of {IMPLEMENTATIONS}; "
                      f"got {implementation!r}")
   geometry = make_geometry(x, kernel, strides, padding, kernel_dilation)
-  if activation not in _activations.ACTIVATIONS:
-    names = tuple(a for a in _activations.ACTIVATIONS if a is not None)
-    raise ValueError(f"activation must be None or one of {names}; got {activation!r}")
+  _check_activation("activation", activation)
+  _check_activation("input_activation", input_activation)
+  channels = x.shape[-1]
   if bias is not None:
-    bias = jnp.asarray(bias)
-    if bias.shape != (x.shape[-1],):
-      raise ValueError(f"bias must have shape (C,) = ({x.shape[-1]},), one value per channel; "
-                       f"got {bias.shape}")
+    bias = _per_channel("bias", bias, channels)
     if bias.dtype != jnp.dtype(x.dtype):
       raise TypeError(f"bias must have x's dtype {jnp.dtype(x.dtype)}; got {bias.dtype}")
+  prologue = input_scale is not None or input_shift is not None or input_activation is not None
+  if prologue:
+    for name, value in (("input_scale", input_scale), ("input_shift", input_shift)):
+      if value is not None and not jnp.issubdtype(jnp.asarray(value).dtype, jnp.floating):
+        raise TypeError(f"{name} must be a floating-point array; got {jnp.asarray(value).dtype}")
+    scale = (jnp.ones((channels,), jnp.float32) if input_scale is None
+             else _per_channel("input_scale", input_scale, channels).astype(jnp.float32))
+    shift = (jnp.zeros((channels,), jnp.float32) if input_shift is None
+             else _per_channel("input_shift", input_shift, channels).astype(jnp.float32))
   if implementation == "xla":
+    if prologue:
+      x = _activations.apply(input_activation, x.astype(jnp.float32) * scale + shift).astype(x.dtype)
     y = depthwise_conv2d_xla(x, kernel, geometry, precision=precision)
     return _activations.apply(activation, y if bias is None else y + bias)
   if not isinstance(deterministic, bool):
     raise TypeError(f"deterministic must be a bool; got {deterministic!r}")
-  if bias is None and activation is None:
+  if bias is None and activation is None and not prologue:
     return _dwconv(x, kernel, geometry, deterministic)
-  bias = jnp.zeros((x.shape[-1],), x.dtype) if bias is None else bias
-  return _dwconv_fused(x, kernel, bias, geometry, activation, deterministic)
+  bias = jnp.zeros((channels,), x.dtype) if bias is None else bias
+  if not prologue:  # placeholders the kernel ignores
+    scale, shift = jnp.ones((channels,), jnp.float32), jnp.zeros((channels,), jnp.float32)
+  return _dwconv_fused(x, kernel, bias, scale, shift, geometry, activation, prologue, input_activation,
+                       deterministic)

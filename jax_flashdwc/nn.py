@@ -40,7 +40,7 @@ def _kernel_hw(kernel_size) -> tuple[int, int]:
 
 
 def _apply(inputs, kernel, bias, *, features, strides, padding, kernel_dilation, dtype, precision,
-           implementation, activation, deterministic, promote_dtype):
+           implementation, activation, deterministic, promote_dtype, input_scale, input_shift, input_activation):
   """Shared forward of both layers: promotion, batch flattening, conv, bias."""
   if inputs.ndim < 3:
     raise ValueError(f"inputs must be (..., H, W, C); got shape {inputs.shape}")
@@ -50,9 +50,11 @@ def _apply(inputs, kernel, bias, *, features, strides, padding, kernel_dilation,
   inputs, kernel, bias = promote_dtype(inputs, kernel, bias, dtype=dtype)
   batch_shape = inputs.shape[:-3]
   x = inputs.reshape((-1, *inputs.shape[-3:]))
-  # The bias (and activation) go into the kernel's epilogue: no extra pass over y.
+  # The bias (and activation) go into the kernel's epilogue, the input scale, shift
+  # and activation into its prologue: no extra pass over y or x.
   y = depthwise_conv2d(x, kernel, strides=strides, padding=padding, kernel_dilation=kernel_dilation,
                        precision=precision, implementation=implementation, bias=bias, activation=activation,
+                       input_scale=input_scale, input_shift=input_shift, input_activation=input_activation,
                        deterministic=deterministic)
   return y.reshape((*batch_shape, *y.shape[1:]))
 
@@ -74,6 +76,8 @@ class DepthwiseConv2D(linen.Module):
     implementation: None/"flashdwc" for this library's kernels, "xla" for XLA's conv.
     activation: None, "relu", "gelu", "gelu_tanh" or "silu", applied after the
       bias inside the kernel (an addition to Conv's attributes; None matches Conv).
+    input_activation: the activation of the input prologue (see `__call__`), or
+      None. An addition to Conv's attributes.
     deterministic: a bit-identical kernel gradient from run to run (see
       `depthwise_conv2d`).
   """
@@ -91,18 +95,27 @@ class DepthwiseConv2D(linen.Module):
   bias_init: Any = default_bias_init
   implementation: Implementation = None
   activation: str | None = None
+  input_activation: str | None = None
   deterministic: bool = False
 
   @linen.compact
-  def __call__(self, inputs: jax.Array) -> jax.Array:
-    """inputs: (..., H, W, C) -> (..., Ho, Wo, C)."""
+  def __call__(self, inputs: jax.Array, input_scale: jax.Array | None = None,
+               input_shift: jax.Array | None = None) -> jax.Array:
+    """inputs: (..., H, W, C) -> (..., Ho, Wo, C).
+
+    input_scale, input_shift: optional (C,) arrays; the conv then runs on
+    input_activation(inputs * input_scale + input_shift), applied by the kernel
+    as it reads the inputs: a preceding batch norm folded into a scale and shift
+    (see `depthwise_conv2d`).
+    """
     kernel = self.param("kernel", self.kernel_init, (*_kernel_hw(self.kernel_size), 1, self.features),
                         self.param_dtype)
     bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype) if self.use_bias else None
     return _apply(inputs, kernel, bias, features=self.features, strides=self.strides, padding=self.padding,
                   kernel_dilation=self.kernel_dilation, dtype=self.dtype, precision=self.precision,
                   implementation=self.implementation, activation=self.activation,
-                  deterministic=self.deterministic, promote_dtype=linen.dtypes.promote_dtype)
+                  deterministic=self.deterministic, promote_dtype=linen.dtypes.promote_dtype,
+                  input_scale=input_scale, input_shift=input_shift, input_activation=self.input_activation)
 
 
 class NnxDepthwiseConv2D(nnx.Module):
@@ -114,7 +127,7 @@ class NnxDepthwiseConv2D(nnx.Module):
                dtype: Any = None, param_dtype: Any = jnp.float32, precision: Any = None,
                kernel_init: Any = default_kernel_init, bias_init: Any = default_bias_init,
                implementation: Implementation = None, activation: str | None = None,
-               deterministic: bool = False, rngs: nnx.Rngs):
+               input_activation: str | None = None, deterministic: bool = False, rngs: nnx.Rngs):
     kernel_hw = _kernel_hw(kernel_size)
     self.kernel = nnx.Param(kernel_init(rngs.params(), (*kernel_hw, 1, features), param_dtype))
     self.bias = nnx.Param(bias_init(rngs.params(), (features,), param_dtype)) if use_bias else nnx.data(None)
@@ -129,13 +142,16 @@ class NnxDepthwiseConv2D(nnx.Module):
     self.precision = precision
     self.implementation = implementation
     self.activation = activation
+    self.input_activation = input_activation
     self.deterministic = deterministic
 
-  def __call__(self, inputs: jax.Array) -> jax.Array:
-    """inputs: (..., H, W, C) -> (..., Ho, Wo, C)."""
+  def __call__(self, inputs: jax.Array, input_scale: jax.Array | None = None,
+               input_shift: jax.Array | None = None) -> jax.Array:
+    """inputs: (..., H, W, C) -> (..., Ho, Wo, C); the prologue as in the linen layer."""
     bias = self.bias[...] if self.use_bias else None
     return _apply(inputs, self.kernel[...], bias, features=self.features, strides=self.strides,
                   padding=self.padding, kernel_dilation=self.kernel_dilation, dtype=self.dtype,
                   precision=self.precision, implementation=self.implementation,
                   activation=self.activation, deterministic=self.deterministic,
-                  promote_dtype=lambda *arrays, dtype: nnx.nn.dtypes.promote_dtype(arrays, dtype=dtype))
+                  promote_dtype=lambda *arrays, dtype: nnx.nn.dtypes.promote_dtype(arrays, dtype=dtype),
+                  input_scale=input_scale, input_shift=input_shift, input_activation=self.input_activation)

@@ -1,7 +1,8 @@
 """The three operations of depthwise convolution, as JAX sees them.
 
 - dwconv_fwd(x, w) -> y
-- dwconv_fwd_fused(x, w, bias) -> activation(y + bias), in the same kernel
+- dwconv_fwd_fused(x, w, bias, scale, shift) -> activation(conv(prologue(x), w) + bias),
+  in the same kernel
 - dwconv_bwd_data(dy, w) -> dx
 - dwconv_bwd_filter(x, dy) -> dw (optionally deterministic)
 
@@ -65,25 +66,31 @@ def dwconv_fwd(x: jax.Array, w: jax.Array, geometry: ConvGeometry) -> jax.Array:
   return _image_filter_op(lambda x, w: _partitioning.fwd(x, w, geometry), x, w)
 
 
-def dwconv_fwd_fused(x: jax.Array, w: jax.Array, bias: jax.Array, geometry: ConvGeometry,
-                     activation: str | None) -> jax.Array:
-  """activation(conv(x, w) + bias), the bias (C,) and activation applied as y is stored."""
+def dwconv_fwd_fused(x: jax.Array, w: jax.Array, bias: jax.Array, scale: jax.Array, shift: jax.Array,
+                     geometry: ConvGeometry, activation: str | None, prologue: bool = False,
+                     input_activation: str | None = None) -> jax.Array:
+  """activation(conv(x', w) + bias), x' = input_activation(x * scale + shift) per channel
+  when `prologue` (else x' = x), all in one kernel: the prologue as x is read, the
+  bias (C,) and activation as y is stored. scale and shift are (C,) float32."""
 
   @custom_vmap
-  def op(x, w, bias):
-    return _partitioning.fwd_fused(x, w, bias, geometry, activation)
+  def op(x, w, bias, scale, shift):
+    return _partitioning.fwd_fused(x, w, bias, scale, shift, geometry, activation, prologue, input_activation)
 
   @op.def_vmap
-  def _batched(size, in_batched, x, w, bias):
-    x_batched, w_batched, bias_batched = in_batched
-    if not w_batched and not bias_batched:
-      out = dwconv_fwd_fused(x.reshape(size * x.shape[1], *x.shape[2:]), w, bias, geometry, activation)
+  def _batched(size, in_batched, x, w, bias, scale, shift):
+    x_batched, *per_channel_batched = in_batched
+    if not any(per_channel_batched):
+      out = dwconv_fwd_fused(x.reshape(size * x.shape[1], *x.shape[2:]), w, bias, scale, shift, geometry,
+                             activation, prologue, input_activation)
       return out.reshape(size, x.shape[1], *out.shape[1:]), True
-    out = dwconv_fwd_fused(_to_channels(x, x_batched, size), _to_channels(w, w_batched, size),
-                           _to_channels(bias, bias_batched, size), geometry, activation)
+    w, bias, scale, shift = (_to_channels(a, batched, size)
+                             for a, batched in zip((w, bias, scale, shift), per_channel_batched))
+    out = dwconv_fwd_fused(_to_channels(x, x_batched, size), w, bias, scale, shift, geometry, activation,
+                           prologue, input_activation)
     return _from_channels(out, size), True
 
-  return op(x, w, bias)
+  return op(x, w, bias, scale, shift)
 
 
 def dwconv_bwd_data(dy: jax.Array, w: jax.Array, geometry: ConvGeometry,

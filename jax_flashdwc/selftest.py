@@ -3,7 +3,8 @@
   python -m jax_flashdwc.selftest
 
 Runs the forward pass, the input gradient and the filter gradient (also in its
-deterministic mode, which must repeat bit for bit), in float32,
+deterministic mode, which must repeat bit for bit), and the forward pass with its
+fused prologue and epilogue (relu(x * scale + shift) in, gelu(y + bias) out), in float32,
 float16 and bfloat16, on a few problems that reach every kernel (tiled and direct,
 strides 1 to 3, dilation, odd channel counts), each against lax.conv_general_dilated
 at HIGHEST precision in float32. Prints one line per check and exits with status 1
@@ -33,7 +34,7 @@ PROBLEMS = [
 ]
 DTYPES = (jnp.float32, jnp.float16, jnp.bfloat16)
 # The deterministic filter gradient must also repeat bit for bit.
-PASSES = ("fwd", "bwd_data", "bwd_filter", "bwd_filter deterministic")
+PASSES = ("fwd", "bwd_data", "bwd_filter", "bwd_filter deterministic", "fwd fused")
 EPS = {jnp.dtype(jnp.float32): 2.0**-23, jnp.dtype(jnp.float16): 2.0**-10, jnp.dtype(jnp.bfloat16): 2.0**-7}
 
 
@@ -64,17 +65,30 @@ def check(problem, dtype, rng) -> list[tuple[str, float, bool]]:
 
   ours = ours_fn(False)(x, w, dy)
   deterministic_dw = [ours_fn(True)(x, w, dy)[2] for _ in range(2)]
-  ours = (*ours, deterministic_dw[0])
+  scale = jnp.asarray(rng.uniform(0.5, 1.5, c), jnp.float32)
+  shift = jnp.asarray(rng.uniform(-0.5, 0.5, c), jnp.float32)
+  bias = jnp.asarray(rng.uniform(-1, 1, c), dtype)
+  fused = jax.jit(lambda x, w: depthwise_conv2d(
+      x, w, strides=strides, padding=padding, kernel_dilation=dilation, bias=bias, activation="gelu",
+      input_scale=scale, input_shift=shift, input_activation="relu"))(x, w)
+  ours = (*ours, deterministic_dw[0], fused)
   f32 = lambda a: a.astype(jnp.float32)
   refs = _passes(ref_fn, f32(x), f32(w), f32(dy))
   mags = _passes(ref_fn, jnp.abs(f32(x)), jnp.abs(f32(w)), jnp.abs(f32(dy)))
-  refs, mags = (*refs, refs[2]), (*mags, mags[2])
-  lengths = (kh * kw, kh * kw, y_shape[0] * y_shape[1] * y_shape[2], y_shape[0] * y_shape[1] * y_shape[2])
+  x_prime = jax.nn.relu(f32(x) * scale + shift)
+  fused_ref = jax.nn.gelu(ref_fn(x_prime, f32(w)) + f32(bias), approximate=False)
+  # gelu's slope is at most 1.13.
+  fused_mag = 1.13 * (ref_fn(x_prime, jnp.abs(f32(w))) + jnp.abs(f32(bias)))
+  refs, mags = (*refs, refs[2], fused_ref), (*mags, mags[2], fused_mag)
+  lengths = (kh * kw, kh * kw, y_shape[0] * y_shape[1] * y_shape[2], y_shape[0] * y_shape[1] * y_shape[2],
+             kh * kw)
+  # The tensor-core kernel rounds x' to dtype: one more rounding of each product.
+  extra_rounding = (0, 0, 0, 0, EPS[jnp.dtype(dtype)])
   results = []
-  for name, out, ref, mag, k in zip(PASSES, ours, refs, mags, lengths):
+  for name, out, ref, mag, k, extra in zip(PASSES, ours, refs, mags, lengths, extra_rounding):
     out, ref, mag = (np.asarray(f32(a), np.float64) for a in (out, ref, mag))
     # One rounding to dtype plus fp32 summation error, as in the test suite.
-    tol = np.maximum(EPS[jnp.dtype(dtype)] * np.abs(ref), 1e-7) + 8 * 2.0**-23 * np.sqrt(k) * mag
+    tol = np.maximum(EPS[jnp.dtype(dtype)] * np.abs(ref), 1e-7) + (8 * 2.0**-23 * np.sqrt(k) + extra) * mag
     ratio = float(np.max(np.abs(out - ref) / tol)) if np.all(np.isfinite(out)) else float("inf")
     ok = ratio <= 1.0
     if name == "bwd_filter deterministic":

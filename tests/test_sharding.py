@@ -117,23 +117,27 @@ def test_shard_map_runs_the_kernel_per_shard():
 
 
 @pytest.mark.parametrize("mesh_shape, axis_names", MESHES[:2])
-def test_fused_epilogue_shards_with_its_channels(mesh_shape, axis_names):
+def test_fused_epilogue_and_prologue_shard_with_their_channels(mesh_shape, axis_names):
   mesh = Mesh(np.array(CPUS[:8]).reshape(mesh_shape), axis_names)
   case = CASES[0]
   rng = np.random.default_rng(fresh_seed())
   x = jnp.asarray(rng.uniform(-1, 1, case.x_shape), jnp.float32)
   w = jnp.asarray(rng.uniform(-1, 1, case.kernel_shape), jnp.float32)
   b = jnp.asarray(rng.uniform(-1, 1, (case.c,)), jnp.float32)
+  s = jnp.asarray(rng.uniform(0.5, 1.5, (case.c,)), jnp.float32)
+  t = jnp.asarray(rng.uniform(-0.5, 0.5, (case.c,)), jnp.float32)
 
-  def loss(x, w, b):
-    return jnp.sum(jnp.tanh(depthwise_conv2d(x, w, bias=b, activation="gelu", **case.conv_kwargs())))
+  def loss(x, w, b, s, t):
+    y = depthwise_conv2d(x, w, bias=b, activation="gelu", input_scale=s, input_shift=t, input_activation="relu",
+                         **case.conv_kwargs())
+    return jnp.sum(jnp.tanh(y))
 
-  fn = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))
-  expected = fn(x, w, b)
+  fn = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4)))
+  expected = fn(x, w, b, s, t)
   for what, x_spec, w_spec in _shardings(axis_names):
     c_axes = _padded(w_spec)[3]
     args = (jax.device_put(x, NamedSharding(mesh, x_spec)), jax.device_put(w, NamedSharding(mesh, w_spec)),
-            jax.device_put(b, NamedSharding(mesh, P(c_axes))))
+            *(jax.device_put(a, NamedSharding(mesh, P(c_axes))) for a in (b, s, t)))
     _assert_no_activation_gather(_hlo(fn, *args), what)
     value, grads = fn(*args)
     np.testing.assert_allclose(value, expected[0], rtol=1e-5, err_msg=what)

@@ -14,7 +14,8 @@ namespace flashdwc {
 
 template <typename T>
 __global__ void dwconv_fwd_direct_kernel(const T* __restrict__ x, const T* __restrict__ w,
-                                         T* __restrict__ y, DwConvParams p, FwdEpilogue epilogue) {
+                                         T* __restrict__ y, DwConvParams p, FwdEpilogue epilogue,
+                                         FwdPrologue prologue) {
   const int64_t total = p.batch * p.out_h * p.out_w * p.channels;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
        idx += int64_t(gridDim.x) * blockDim.x) {
@@ -31,8 +32,9 @@ __global__ void dwconv_fwd_direct_kernel(const T* __restrict__ x, const T* __res
       for (int64_t kw = 0; kw < p.kernel_w; ++kw) {
         const int64_t iw = ow * p.stride_w - p.pad_left + kw * p.dilation_w;
         if (iw < 0 || iw >= p.in_w) continue;
-        acc += to_float(x[((n * p.in_h + ih) * p.in_w + iw) * p.channels + c]) *
-               to_float(w[filter_tap(p, kh, kw) * p.channels + c]);
+        float xv = to_float(x[((n * p.in_h + ih) * p.in_w + iw) * p.channels + c]);
+        if (prologue.active()) xv = prologue.apply(c, xv);
+        acc += xv * to_float(w[filter_tap(p, kh, kw) * p.channels + c]);
       }
     }
     if (epilogue.active()) {

@@ -30,7 +30,8 @@ std::vector<float> filter_as_float(const DwConvParams& p, const T* w) {
 }  // namespace
 
 template <typename T>
-void dwconv_fwd_cpu(const DwConvParams& p, const T* x, const T* w, T* y, const FwdEpilogue& epilogue) {
+void dwconv_fwd_cpu(const DwConvParams& p, const T* x, const T* w, T* y, const FwdEpilogue& epilogue,
+                    const FwdPrologue& prologue) {
   const std::vector<float> wf = filter_as_float(p, w);
   const int64_t C = p.channels;
   const int64_t rows = p.batch * p.out_h;
@@ -48,7 +49,11 @@ void dwconv_fwd_cpu(const DwConvParams& p, const T* x, const T* w, T* y, const F
             if (iw < 0 || iw >= p.in_w) continue;
             const T* xs = x + ((n * p.in_h + ih) * p.in_w + iw) * C;
             const float* ws = wf.data() + (kh * p.kernel_w + kw) * C;
-            for (int64_t c = 0; c < C; ++c) acc[c] += to_float(xs[c]) * ws[c];
+            if (prologue.active()) {
+              for (int64_t c = 0; c < C; ++c) acc[c] += prologue.apply(c, to_float(xs[c])) * ws[c];
+            } else {
+              for (int64_t c = 0; c < C; ++c) acc[c] += to_float(xs[c]) * ws[c];
+            }
           }
         }
         T* ys = y + ((n * p.out_h + oh) * p.out_w + ow) * C;
@@ -132,7 +137,8 @@ void dwconv_bwd_filter_cpu(const DwConvParams& p, const T* x, const T* dy, T* dw
 }
 
 #define FLASHDWC_INSTANTIATE_CPU(T)                                                         \
-  template void dwconv_fwd_cpu<T>(const DwConvParams&, const T*, const T*, T*, const FwdEpilogue&); \
+  template void dwconv_fwd_cpu<T>(const DwConvParams&, const T*, const T*, T*, const FwdEpilogue&, \
+                                  const FwdPrologue&);                                            \
   template void dwconv_bwd_data_cpu<T>(const DwConvParams&, const T*, const T*, T*);     \
   template void dwconv_bwd_filter_cpu<T>(const DwConvParams&, const T*, const T*, T*);
 

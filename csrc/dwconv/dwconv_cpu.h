@@ -7,9 +7,10 @@
 
 namespace flashdwc {
 
-// y = epilogue(conv(x, w)). Reads x (N, in_h, in_w, C) and w; writes y (N, out_h, out_w, C).
+// y = epilogue(conv(prologue(x), w)). Reads x (N, in_h, in_w, C) and w; writes y (N, out_h, out_w, C).
 template <typename T>
-void dwconv_fwd_cpu(const DwConvParams& p, const T* x, const T* w, T* y, const FwdEpilogue& epilogue = {});
+void dwconv_fwd_cpu(const DwConvParams& p, const T* x, const T* w, T* y, const FwdEpilogue& epilogue = {},
+                    const FwdPrologue& prologue = {});
 
 // dx = d(conv)/dx applied to dy. Reads dy (N, out_h, out_w, C); writes dx (N, in_h, in_w, C).
 template <typename T>

@@ -45,15 +45,15 @@ bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p
 
 template <typename T>
 cudaError_t launch_fwd_direct(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
-                              const FwdEpilogue& epilogue) {
+                              const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
   const int64_t elements = p.batch * p.out_h * p.out_w * p.channels;
-  dwconv_fwd_direct_kernel<T><<<direct_grid(elements), kDirectThreads, 0, stream>>>(x, w, y, p, epilogue);
+  dwconv_fwd_direct_kernel<T><<<direct_grid(elements), kDirectThreads, 0, stream>>>(x, w, y, p, epilogue, prologue);
   return cudaGetLastError();
 }
 
-template <typename T, int kStride, bool kVec>
+template <typename T, int kStride, bool kVec, bool kPrologue>
 cudaError_t launch_fwd_gemv(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
-                            const FwdEpilogue& epilogue) {
+                            const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
   using Tr = GemvFwdTraits<T>;
   constexpr int kTM = GemvConfig<T, kStride>::kTM;
   GemvFwdGrid grid;
@@ -65,24 +65,33 @@ cudaError_t launch_fwd_gemv(const DwConvParams& p, const T* x, const T* w, T* y,
   const dim3 blocks(unsigned((grid.segments + Tr::kSegments - 1) / Tr::kSegments),
                     unsigned((p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels));
   const size_t smem = 2 * size_t(grid.rows_per_stage * row_bytes);
-  auto kernel = dwconv_fwd_gemv_kernel<T, kTM, kStride, kVec, GemvConfig<T, kStride>::kMinBlocksPerSM>;
+  // The prologue's scale and shift take 2 x 4 (fp32) or 2 x 8 (half) more registers
+  // per thread: under the 128-register cap they spilled 64-752 bytes (ptxas), so
+  // those kernels run 3 blocks per SM (up to 168 registers) instead.
+  constexpr int kMinBlocks = kPrologue ? 3 : GemvConfig<T, kStride>::kMinBlocksPerSM;
+  auto kernel = dwconv_fwd_gemv_kernel<T, kTM, kStride, kVec, kPrologue, kMinBlocks>;
   if (smem > 48 * 1024) {
     if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
         err != cudaSuccess) {
       return err;
     }
   }
-  kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, w, y, p, grid, epilogue);
+  kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, w, y, p, grid, epilogue, prologue);
   return cudaGetLastError();
 }
 
 template <typename T, int kStride>
 cudaError_t launch_fwd_gemv_stride(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
-                                   const FwdEpilogue& epilogue) {
+                                   const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
   const bool vec = p.channels % GemvFwdTraits<T>::kChannelsPerThread == 0 && aligned(x, 16) && aligned(w, 16) &&
                    aligned(y, 16);
-  return vec ? launch_fwd_gemv<T, kStride, true>(p, x, w, y, stream, epilogue)
-             : launch_fwd_gemv<T, kStride, false>(p, x, w, y, stream, epilogue);
+  // The prologue is a template flag: the kernels without it compile as before.
+  if (prologue.active()) {
+    return vec ? launch_fwd_gemv<T, kStride, true, true>(p, x, w, y, stream, epilogue, prologue)
+               : launch_fwd_gemv<T, kStride, false, true>(p, x, w, y, stream, epilogue, prologue);
+  }
+  return vec ? launch_fwd_gemv<T, kStride, true, false>(p, x, w, y, stream, epilogue, prologue)
+             : launch_fwd_gemv<T, kStride, false, false>(p, x, w, y, stream, epilogue, prologue);
 }
 
 }  // namespace
@@ -110,14 +119,14 @@ FwdKernel select_fwd_kernel(const DwConvParams& p, bool half_precision) {
 
 template <typename T>
 cudaError_t run_dwconv_fwd(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
-                           const FwdEpilogue& epilogue) {
+                           const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
   const FwdKernel kernel = select_fwd_kernel(p, !std::is_same_v<T, float>);
   if constexpr (!std::is_same_v<T, float>) {
-    if (kernel == FwdKernel::kMma) return launch_fwd_mma(p, x, w, y, stream, epilogue);
+    if (kernel == FwdKernel::kMma) return launch_fwd_mma(p, x, w, y, stream, epilogue, prologue);
   }
-  if (kernel == FwdKernel::kDirect) return launch_fwd_direct(p, x, w, y, stream, epilogue);
-  return p.stride_w == 1 ? launch_fwd_gemv_stride<T, 1>(p, x, w, y, stream, epilogue)
-                         : launch_fwd_gemv_stride<T, 2>(p, x, w, y, stream, epilogue);
+  if (kernel == FwdKernel::kDirect) return launch_fwd_direct(p, x, w, y, stream, epilogue, prologue);
+  return p.stride_w == 1 ? launch_fwd_gemv_stride<T, 1>(p, x, w, y, stream, epilogue, prologue)
+                         : launch_fwd_gemv_stride<T, 2>(p, x, w, y, stream, epilogue, prologue);
 }
 
 template <typename T>
@@ -253,7 +262,7 @@ cudaError_t run_dwconv_bwd_filter(const DwConvParams& p, const T* x, const T* dy
 
 #define FLASHDWC_INSTANTIATE_CUDA(T)                                                               \
   template cudaError_t run_dwconv_fwd<T>(const DwConvParams&, const T*, const T*, T*, cudaStream_t,   \
-                                         const FwdEpilogue&);                                         \
+                                         const FwdEpilogue&, const FwdPrologue&);                     \
   template cudaError_t run_dwconv_bwd_data<T>(const DwConvParams&, const T*, const T*, T*,            \
                                               cudaStream_t);                                          \
   template cudaError_t run_dwconv_bwd_filter<T>(const DwConvParams&, const T*, const T*, T*, float*,  \

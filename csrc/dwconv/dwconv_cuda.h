@@ -22,10 +22,10 @@ enum class FwdKernel {
 // `half_precision`: the inputs are fp16 or bf16, which the tensor-core kernel takes.
 FwdKernel select_fwd_kernel(const DwConvParams& p, bool half_precision);
 
-// y = epilogue(conv(x, w)). T is float, __half or __nv_bfloat16.
+// y = epilogue(conv(prologue(x), w)). T is float, __half or __nv_bfloat16.
 template <typename T>
 cudaError_t run_dwconv_fwd(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
-                           const FwdEpilogue& epilogue = {});
+                           const FwdEpilogue& epilogue = {}, const FwdPrologue& prologue = {});
 
 // dx from dy and w: stride 1 runs the forward kernel on the rotated filter,
 // other strides a gather kernel.

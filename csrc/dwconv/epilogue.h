@@ -1,6 +1,9 @@
-// The forward pass's optional epilogue, y = act(conv + bias), applied by every
-// forward kernel as it stores an output (CPU and CUDA alike), so that the bias
-// and the activation cost no extra pass over y.
+// The forward pass's optional fused elementwise work, applied by every forward
+// kernel (CPU and CUDA alike) so that it costs no extra pass over memory:
+// - the epilogue, y = act(conv + bias), as each output is stored;
+// - the prologue, x' = act(x * scale + shift) per channel, as each input is read
+//   (the paper's BN + Act + DWC, section 5.2: a folded batch norm and its
+//   activation ahead of the convolution, without writing x').
 #pragma once
 
 #include <cmath>
@@ -40,6 +43,20 @@ struct FwdEpilogue {
   Activation activation = Activation::kNone;
 
   FLASHDWC_HOST_DEVICE bool active() const { return bias != nullptr || activation != Activation::kNone; }
+};
+
+// What the forward kernels apply to every input element inside the image as they
+// read it: x' = activation(x * scale + shift), with `scale` and `shift` (C,) fp32.
+// Zero padding stays zero, as in conv(x') with x' materialized. `scale` null: none.
+struct FwdPrologue {
+  const float* scale = nullptr;
+  const float* shift = nullptr;
+  Activation activation = Activation::kNone;
+
+  FLASHDWC_HOST_DEVICE bool active() const { return scale != nullptr; }
+  FLASHDWC_HOST_DEVICE float apply(int64_t c, float v) const {
+    return apply_activation(activation, v * scale[c] + shift[c]);
+  }
 };
 
 }  // namespace flashdwc

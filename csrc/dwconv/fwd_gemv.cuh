@@ -74,7 +74,17 @@ __device__ __forceinline__ void load_filter_rows(T* dst, const T* __restrict__ w
   }
 }
 
+// The prologue's per-channel scale and shift for one thread's channels, in registers.
+template <int kWidth>
+struct ChannelAffine {
+  float scale[kWidth];
+  float shift[kWidth];
+  Activation activation;
+};
+
 // One filter row's 1-D convolution for this thread's kTM x kWidth outputs.
+// kPrologue: each input column is transformed by `affine` as it is loaded (inside
+// the image only; padding stays zero).
 //
 // Only taps [kw_begin, kw_end) run: the others read padding for all kTM outputs.
 // Window invariant: at tap kw, slot (kw - kw_begin + j) % kWin holds input column
@@ -82,17 +92,26 @@ __device__ __forceinline__ void load_filter_rows(T* dst, const T* __restrict__ w
 // loads only j = kWin - 1 into the slot that tap kw - 1 has finished with; with
 // the taps unrolled in chunks of kWin, every slot index is a compile-time
 // constant and the window never moves between registers.
-template <typename T, int kTM, int kStride, bool kVec, bool kChecked>
+template <typename T, int kTM, int kStride, bool kVec, bool kChecked, bool kPrologue>
 __device__ __forceinline__ void gemv_row(float (&acc)[kTM][Vec16<T>::kWidth], const T* __restrict__ x_row,
                                          const T* w_row, int64_t base_iw, int64_t in_w,
-                                         int64_t channels, int channels_valid, int kw_begin, int kw_end) {
+                                         int64_t channels, int channels_valid, int kw_begin, int kw_end,
+                                         const ChannelAffine<Vec16<T>::kWidth>& affine) {
   using Tr = GemvFwdTraits<T>;
   constexpr int kWidth = Tr::kChannelsPerThread;
   constexpr int kWin = kStride * (kTM - 1) + 1;
   float win[kWin][kWidth];
+  auto transform = [&](float (&v)[kWidth], bool inside) {
+    if constexpr (kPrologue) {
+#pragma unroll
+      for (int i = 0; i < kWidth; ++i)
+        v[i] = inside ? apply_activation(affine.activation, v[i] * affine.scale[i] + affine.shift[i]) : 0.0f;
+    }
+  };
   auto load_column = [&](float (&v)[kWidth], int64_t iw) {
     const bool inside = !kChecked || (iw >= 0 && iw < in_w);
     load16_masked<T, kVec>(x_row + iw * channels, inside ? channels_valid : 0, v);
+    transform(v, inside);
   };
   // The column the next tap loads. Unchecked vector loads walk it by pointer (one
   // 64-bit add per tap), with no predicate and no zero fill: the interior chunk
@@ -101,6 +120,7 @@ __device__ __forceinline__ void gemv_row(float (&acc)[kTM][Vec16<T>::kWidth], co
   auto tap = [&](int k, int kw) {
     if constexpr (!kChecked && kVec) {
       Vec16<T>::load(next_column, win[(k + kWin - 1) % kWin]);
+      transform(win[(k + kWin - 1) % kWin], true);
       next_column += channels;
     } else {
       load_column(win[(k + kWin - 1) % kWin], base_iw + kw + kWin - 1);
@@ -136,10 +156,10 @@ __device__ __forceinline__ void gemv_row(float (&acc)[kTM][Vec16<T>::kWidth], co
   });
 }
 
-template <typename T, int kTM, int kStride, bool kVec, int kMinBlocksPerSM>
+template <typename T, int kTM, int kStride, bool kVec, bool kPrologue, int kMinBlocksPerSM>
 __global__ void __launch_bounds__(GemvFwdTraits<T>::kThreads, kMinBlocksPerSM)
 dwconv_fwd_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
-                       DwConvParams p, GemvFwdGrid grid, FwdEpilogue epilogue) {
+                       DwConvParams p, GemvFwdGrid grid, FwdEpilogue epilogue, FwdPrologue prologue) {
   using Tr = GemvFwdTraits<T>;
   constexpr int kWidth = Tr::kChannelsPerThread;
   constexpr int kRowsPerWarp = Tr::kRowsPerWarp;
@@ -182,6 +202,18 @@ dwconv_fwd_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __re
   kw_begin = int(__reduce_min_sync(0xffffffffu, unsigned(kw_begin)));
   kw_end = max(kw_begin, int(__reduce_max_sync(0xffffffffu, unsigned(kw_end))));
 
+  ChannelAffine<kWidth> affine;
+  if constexpr (kPrologue) {
+    affine.activation = prologue.activation;
+#pragma unroll
+    for (int i = 0; i < kWidth; ++i) {
+      // Channels past C are computed from channel 0's data and never stored.
+      const int64_t c = i < channels_valid ? c0 + i : 0;
+      affine.scale[i] = prologue.scale[c];
+      affine.shift[i] = prologue.shift[c];
+    }
+  }
+
   float acc[kTM][kWidth];
 #pragma unroll
   for (int t = 0; t < kTM; ++t)
@@ -221,11 +253,11 @@ dwconv_fwd_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __re
       const T* x_row = x + (n * p.in_h + ih) * p.in_w * p.channels + (channels_valid > 0 ? c0 : 0);
       const T* w_row = stage_smem(stage) + (kh - stage * rows_per_stage) * row_elems + group * kWidth;
       if (interior) {
-        gemv_row<T, kTM, kStride, kVec, false>(acc, x_row, w_row, base_iw, p.in_w, p.channels,
-                                               channels_valid, 0, kernel_w);
+        gemv_row<T, kTM, kStride, kVec, false, kPrologue>(acc, x_row, w_row, base_iw, p.in_w, p.channels,
+                                                          channels_valid, 0, kernel_w, affine);
       } else {
-        gemv_row<T, kTM, kStride, kVec, true>(acc, x_row, w_row, base_iw, p.in_w, p.channels,
-                                              channels_valid, kw_begin, kw_end);
+        gemv_row<T, kTM, kStride, kVec, true, kPrologue>(acc, x_row, w_row, base_iw, p.in_w, p.channels,
+                                                         channels_valid, kw_begin, kw_end, affine);
       }
     }
     // The next stage's copies overwrite the buffer this one read.

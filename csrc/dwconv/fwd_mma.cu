@@ -50,12 +50,12 @@ bool empty_problem(const DwConvParams& p) {
   return p.batch <= 0 || p.out_h <= 0 || p.out_w <= 0 || p.channels <= 0;
 }
 
-template <typename T, bool kVec>
+template <typename T, bool kVec, bool kPrologue>
 cudaError_t launch(const DwConvParams& p, const MmaFwdGrid& g, const T* x, const T* w, T* y,
-                   cudaStream_t stream, const FwdEpilogue& epilogue) {
+                   cudaStream_t stream, const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
   using Tr = MmaFwdTraits;
   const size_t smem = mma_fwd_smem_bytes(g);
-  auto kernel = mma_fwd::dwconv_fwd_mma_kernel<T, kVec>;
+  auto kernel = mma_fwd::dwconv_fwd_mma_kernel<T, kVec, kPrologue>;
   if (smem > 48 * 1024) {
     if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
         err != cudaSuccess) {
@@ -64,7 +64,7 @@ cudaError_t launch(const DwConvParams& p, const MmaFwdGrid& g, const T* x, const
   }
   const dim3 blocks(unsigned(p.batch * g.tiles_h * g.tiles_w),
                     unsigned(ceil_div(p.channels, Tr::kBlockChannels)));
-  kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, w, y, p, g, epilogue);
+  kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, w, y, p, g, epilogue, prologue);
   return cudaGetLastError();
 }
 
@@ -97,17 +97,23 @@ bool fwd_mma_supports(const DwConvParams& p) {
 
 template <typename T>
 cudaError_t launch_fwd_mma(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
-                           const FwdEpilogue& epilogue) {
+                           const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
   if (empty_problem(p)) return cudaSuccess;
   const MmaFwdGrid g = make_mma_fwd_grid(p);
   const bool vec = p.channels % 8 == 0 && aligned16(x) && aligned16(w) && aligned16(y);
-  return vec ? launch<T, true>(p, g, x, w, y, stream, epilogue) : launch<T, false>(p, g, x, w, y, stream, epilogue);
+  // The prologue is a template flag: the kernels without it compile as before.
+  if (prologue.active()) {
+    return vec ? launch<T, true, true>(p, g, x, w, y, stream, epilogue, prologue)
+               : launch<T, false, true>(p, g, x, w, y, stream, epilogue, prologue);
+  }
+  return vec ? launch<T, true, false>(p, g, x, w, y, stream, epilogue, prologue)
+             : launch<T, false, false>(p, g, x, w, y, stream, epilogue, prologue);
 }
 
 template cudaError_t launch_fwd_mma<__half>(const DwConvParams&, const __half*, const __half*, __half*,
-                                            cudaStream_t, const FwdEpilogue&);
+                                            cudaStream_t, const FwdEpilogue&, const FwdPrologue&);
 template cudaError_t launch_fwd_mma<__nv_bfloat16>(const DwConvParams&, const __nv_bfloat16*,
                                                    const __nv_bfloat16*, __nv_bfloat16*, cudaStream_t,
-                                                   const FwdEpilogue&);
+                                                   const FwdEpilogue&, const FwdPrologue&);
 
 }  // namespace flashdwc

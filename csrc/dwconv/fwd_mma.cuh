@@ -224,14 +224,27 @@ __device__ __forceinline__ void load8(const uint16_t* __restrict__ src, bool val
   }
 }
 
+// The prologue (epilogue.h) on one word of two channels [c, c + 1) of an input
+// element inside the image, rounded back to T as the tensor cores take it.
+// Channels >= C stay zero, and their scale is never read.
+template <typename T>
+__device__ __forceinline__ uint32_t prologue_pair(const FwdPrologue& prologue, uint32_t v, int64_t c,
+                                                  int64_t channels) {
+  const float lo = c < channels ? prologue.apply(c, to_float(unpack_lo<T>(v))) : 0.0f;
+  const float hi = c + 1 < channels ? prologue.apply(c + 1, to_float(unpack_hi<T>(v))) : 0.0f;
+  return pack2<T>(lo, hi);
+}
+
 // Input tile rows [row_begin, row_end) (tile row i is input row
 // oh0 - pad_top + i, tile column q is input column col0 - pad_left + q) into
 // ring slots i % kRingRows. An item is two adjacent columns x 8 channels: two
 // 16-byte loads, then per channel one 32-bit store of the column pair (the
 // transpose from NHWC).
-template <bool kVec>
+// kPrologue: the prologue is applied to the elements inside the image.
+template <typename T, bool kVec, bool kPrologue>
 __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __restrict__ x, const DwConvParams& p,
-                                            const MmaFwdGrid& g, int row_begin, int row_end) {
+                                            const MmaFwdGrid& g, int row_begin, int row_end,
+                                            const FwdPrologue& prologue) {
   using Tr = MmaFwdTraits;
   const BlockTile t = BlockTile::current(g);
   const int64_t ih0 = t.oh0 - p.pad_top, iw0 = t.col0 - p.pad_left;
@@ -256,6 +269,13 @@ __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __rest
     uint32_t v0[4], v1[4];
     load8<kVec>(ok0 ? x + offset : x, ok0, p.channels - c, v0);
     load8<kVec>(ok1 ? x + offset + p.channels : x, ok1, p.channels - c, v1);
+    if constexpr (kPrologue) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        if (ok0) v0[k] = prologue_pair<T>(prologue, v0[k], c + 2 * k, p.channels);
+        if (ok1) v1[k] = prologue_pair<T>(prologue, v1[k], c + 2 * k, p.channels);
+      }
+    }
     uint32_t* dst = xs + 8 * octet * plane_w + (i % Tr::kRingRows) * pairs + q;
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
@@ -348,10 +368,10 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[MmaFwdTraits::kRows][4], 
   }
 }
 
-template <typename T, bool kVec>
+template <typename T, bool kVec, bool kPrologue>
 __global__ void __launch_bounds__(MmaFwdTraits::kThreads, 2)
 dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, T* __restrict__ y_ptr,
-                      DwConvParams p, MmaFwdGrid g, FwdEpilogue epilogue) {
+                      DwConvParams p, MmaFwdGrid g, FwdEpilogue epilogue, FwdPrologue prologue) {
   using Tr = MmaFwdTraits;
   constexpr int R = Tr::kRows;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -389,7 +409,7 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
     // passed.
     const int row_begin = k0 == active->kh_begin ? k0 : k0 + R - 1;
     const int row_end = k0 + steps + R - 1;
-    stage_input<kVec>(xs, x, p, g, row_begin, row_end);
+    stage_input<T, kVec, kPrologue>(xs, x, p, g, row_begin, row_end, prologue);
     stage_filter<kVec>(fs, w, p, g, k0, steps);
     __syncthreads();
 

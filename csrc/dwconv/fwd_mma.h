@@ -14,10 +14,10 @@ namespace flashdwc {
 // True when launch_fwd_mma can run this problem (stride 1, dilation 1, sizes within the kernel's limits).
 bool fwd_mma_supports(const DwConvParams& p);
 
-// y = conv(x, w) with T = __half or __nv_bfloat16; enqueues on `stream`, never
-// synchronizes. Call only when fwd_mma_supports(p).
+// y = epilogue(conv(prologue(x), w)) with T = __half or __nv_bfloat16; enqueues on
+// `stream`, never synchronizes. Call only when fwd_mma_supports(p).
 template <typename T>
 cudaError_t launch_fwd_mma(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
-                           const FwdEpilogue& epilogue = {});
+                           const FwdEpilogue& epilogue = {}, const FwdPrologue& prologue = {});
 
 }  // namespace flashdwc

@@ -100,4 +100,27 @@ ffi::Error make_epilogue(const ffi::AnyBuffer& x, const ffi::AnyBuffer& bias, in
   return ffi::Error::Success();
 }
 
+ffi::Error make_prologue(const ffi::AnyBuffer& x, const ffi::AnyBuffer& scale, const ffi::AnyBuffer& shift,
+                         int64_t prologue, FwdPrologue* out) {
+  constexpr ConvPass pass = ConvPass::kForward;
+  if (prologue < -1 || prologue >= kActivationCount) {
+    return invalid(pass, "prologue must be -1 (none) or an activation in [0, " +
+                             std::to_string(kActivationCount) + "); got " + std::to_string(prologue));
+  }
+  *out = FwdPrologue{};
+  if (prologue < 0) return ffi::Error::Success();
+  const auto xd = x.dimensions();
+  for (const ffi::AnyBuffer* operand : {&scale, &shift}) {
+    const auto d = operand->dimensions();
+    if (xd.size() != 4 || d.size() != 1 || d[0] != xd[3] || operand->element_type() != ffi::DataType::F32) {
+      return invalid(pass, "the prologue's scale and shift must be (C,) float32; got " + dims_string(*operand) +
+                               " for x " + dims_string(x));
+    }
+  }
+  out->scale = static_cast<const float*>(scale.untyped_data());
+  out->shift = static_cast<const float*>(shift.untyped_data());
+  out->activation = static_cast<Activation>(prologue);
+  return ffi::Error::Success();
+}
+
 }  // namespace flashdwc

@@ -43,6 +43,12 @@ ffi::Error make_params(ConvPass pass, const ffi::AnyBuffer& a, const ffi::AnyBuf
 ffi::Error make_epilogue(const ffi::AnyBuffer& x, const ffi::AnyBuffer& bias, int64_t activation,
                          FwdEpilogue* epilogue);
 
+// The fused forward's prologue from its `scale` and `shift` operands ((C,) float32)
+// and `prologue` attribute: -1 for none (the operands are then ignored), else the
+// Activation applied after the scale and shift.
+ffi::Error make_prologue(const ffi::AnyBuffer& x, const ffi::AnyBuffer& scale, const ffi::AnyBuffer& shift,
+                         int64_t prologue, FwdPrologue* out);
+
 }  // namespace flashdwc
 
 XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(flashdwc::ConvGeometry,

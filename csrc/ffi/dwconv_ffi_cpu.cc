@@ -44,12 +44,15 @@ ffi::Error DwConvFwdCpuImpl(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::Result<ffi:
                       [](const DwConvParams& p, auto* x, auto* w, auto* y) { dwconv_fwd_cpu(p, x, w, y); });
 }
 
-ffi::Error DwConvFwdFusedCpuImpl(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer bias,
-                                 ffi::Result<ffi::AnyBuffer> y, ConvGeometry geometry, int64_t activation) {
+ffi::Error DwConvFwdFusedCpuImpl(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer bias, ffi::AnyBuffer scale,
+                                 ffi::AnyBuffer shift, ffi::Result<ffi::AnyBuffer> y, ConvGeometry geometry,
+                                 int64_t activation, int64_t prologue) {
   FwdEpilogue epilogue;
   if (ffi::Error err = make_epilogue(x, bias, activation, &epilogue); err.failure()) return err;
+  FwdPrologue input;
+  if (ffi::Error err = make_prologue(x, scale, shift, prologue, &input); err.failure()) return err;
   return dispatch_cpu(ConvPass::kForward, x, w, y, geometry, [&](const DwConvParams& p, auto* x, auto* w, auto* y) {
-    dwconv_fwd_cpu(p, x, w, y, epilogue);
+    dwconv_fwd_cpu(p, x, w, y, epilogue, input);
   });
 }
 
@@ -79,9 +82,12 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(DwConvFwdFusedCpuFfi, DwConvFwdFusedCpuImpl,
                                   .Arg<ffi::AnyBuffer>()                 // x
                                   .Arg<ffi::AnyBuffer>()                 // w
                                   .Arg<ffi::AnyBuffer>()                 // bias: (C,) or (0,)
+                                  .Arg<ffi::AnyBuffer>()                 // prologue scale: (C,) float32
+                                  .Arg<ffi::AnyBuffer>()                 // prologue shift: (C,) float32
                                   .Ret<ffi::AnyBuffer>()                 // y
                                   .Attr<ConvGeometry>("geometry")
-                                  .Attr<int64_t>("activation"));
+                                  .Attr<int64_t>("activation")
+                                  .Attr<int64_t>("prologue"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(DwConvBwdDataCpuFfi, DwConvBwdDataCpuImpl,
                               ffi::Ffi::Bind()

@@ -61,12 +61,15 @@ ffi::Error DwConvFwdCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuff
 }
 
 ffi::Error DwConvFwdFusedCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer bias,
-                                  ffi::Result<ffi::AnyBuffer> y, ConvGeometry geometry, int64_t activation) {
+                                  ffi::AnyBuffer scale, ffi::AnyBuffer shift, ffi::Result<ffi::AnyBuffer> y,
+                                  ConvGeometry geometry, int64_t activation, int64_t prologue) {
   FwdEpilogue epilogue;
   if (ffi::Error err = make_epilogue(x, bias, activation, &epilogue); err.failure()) return err;
+  FwdPrologue input;
+  if (ffi::Error err = make_prologue(x, scale, shift, prologue, &input); err.failure()) return err;
   return dispatch_cuda(ConvPass::kForward, stream, x, w, y, geometry,
-                       [epilogue](const DwConvParams& p, auto* x, auto* w, auto* y, cudaStream_t s) {
-                         return run_dwconv_fwd(p, x, w, y, s, epilogue);
+                       [epilogue, input](const DwConvParams& p, auto* x, auto* w, auto* y, cudaStream_t s) {
+                         return run_dwconv_fwd(p, x, w, y, s, epilogue, input);
                        });
 }
 
@@ -122,9 +125,12 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(DwConvFwdFusedCudaFfi, DwConvFwdFusedCudaImpl,
                                   .Arg<ffi::AnyBuffer>()                     // x
                                   .Arg<ffi::AnyBuffer>()                     // w
                                   .Arg<ffi::AnyBuffer>()                     // bias: (C,) or (0,)
+                                  .Arg<ffi::AnyBuffer>()                     // prologue scale: (C,) float32
+                                  .Arg<ffi::AnyBuffer>()                     // prologue shift: (C,) float32
                                   .Ret<ffi::AnyBuffer>()                     // y
                                   .Attr<ConvGeometry>("geometry")
-                                  .Attr<int64_t>("activation"),
+                                  .Attr<int64_t>("activation")
+                                  .Attr<int64_t>("prologue"),
                               {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(DwConvBwdDataCudaFfi, DwConvBwdDataCudaImpl,
