@@ -6,6 +6,9 @@ the same default initializers, and the same dtype promotion, so that a
 checkpoint of one loads into the other. They compute with
 `jax_flashdwc.depthwise_conv2d`. Needs flax (`pip install ".[nn]"`).
 
+`fold_batch_norm` turns a preceding BatchNorm into the scale and shift of the
+layers' input prologue (BN + activation + depthwise conv in one kernel).
+
 Differences from flax's Conv, all deliberate: 2-D only, so an int kernel_size
 means (k, k) (flax reads an int as a 1-D kernel); no input_dilation, mask or
 custom conv function; `precision` is honoured by implementation="xla" only (the
@@ -37,6 +40,28 @@ def _kernel_hw(kernel_size) -> tuple[int, int]:
   if len(kernel_size) != 2:
     raise ValueError(f"kernel_size must be an int or (KH, KW); got {kernel_size!r}")
   return kernel_size
+
+
+def fold_batch_norm(mean: jax.Array, var: jax.Array, scale: jax.Array | None = None,
+                    bias: jax.Array | None = None, epsilon: float = 1e-5) -> tuple[jax.Array, jax.Array]:
+  """A batch norm as the per-channel (input_scale, input_shift) of the layers' prologue.
+
+  `(x - mean) / sqrt(var + epsilon) * scale + bias` equals `x * input_scale +
+  input_shift`. Pass flax's `BatchNorm` statistics ("mean", "var" in
+  batch_stats) and parameters ("scale", "bias"), and the same epsilon (flax's
+  default is 1e-5); then `DepthwiseConv2D(..., input_activation=act)(x,
+  *fold_batch_norm(...))` computes the layer on `act(BatchNorm(x))` without
+  writing the normalized tensor. Differentiable, so it also works with batch
+  statistics computed in a training step. Results are float32.
+  """
+  mean, var = jnp.asarray(mean, jnp.float32), jnp.asarray(var, jnp.float32)
+  input_scale = jax.lax.rsqrt(var + epsilon)
+  if scale is not None:
+    input_scale = input_scale * jnp.asarray(scale, jnp.float32)
+  input_shift = -mean * input_scale
+  if bias is not None:
+    input_shift = input_shift + jnp.asarray(bias, jnp.float32)
+  return input_scale, input_shift
 
 
 def _apply(inputs, kernel, bias, *, features, strides, padding, kernel_dilation, dtype, precision,

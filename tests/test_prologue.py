@@ -150,3 +150,24 @@ def test_layers_take_a_prologue():
   nnx_layer.bias[...] = params["params"]["bias"]
   got = nnx_layer(x, input_scale=scale, input_shift=shift)
   np.testing.assert_allclose(np.asarray(got), np.asarray(ref), atol=2e-5)
+
+
+def test_folded_batch_norm_equals_batch_norm_then_layer():
+  from flax import linen as nn
+
+  from jax_flashdwc.nn import DepthwiseConv2D, fold_batch_norm
+
+  rng = np.random.default_rng(fresh_seed())
+  x = jnp.asarray(rng.normal(size=(2, 9, 10, 12)), jnp.float32)
+  bn = nn.BatchNorm(use_running_average=True, epsilon=1e-3)
+  stats = {"mean": jnp.asarray(rng.normal(size=12), jnp.float32),
+           "var": jnp.asarray(rng.uniform(0.5, 2.0, 12), jnp.float32)}
+  bn_params = {"scale": jnp.asarray(rng.uniform(0.5, 1.5, 12), jnp.float32),
+               "bias": jnp.asarray(rng.normal(size=12), jnp.float32)}
+  bn_vars = {"params": bn_params, "batch_stats": stats}
+  layer = DepthwiseConv2D(features=12, kernel_size=(3, 3), input_activation="relu")
+  params = layer.init(jax.random.key(1), x)
+  unfused = layer.clone(input_activation=None, implementation="xla", precision=jax.lax.Precision.HIGHEST)
+  ref = unfused.apply(params, jax.nn.relu(bn.apply(bn_vars, x)))
+  got = layer.apply(params, x, *fold_batch_norm(**stats, **bn_params, epsilon=1e-3))
+  np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=1e-5, atol=1e-5)
