@@ -20,6 +20,8 @@ CASES = [
     (1, 40, 40, 16, 31, 31, 1, 1, jnp.float16),   # tensor-core fwd with several filter chunks
     (2, 11, 13, 6, 3, 3, 3, 2, jnp.float32),      # direct fwd, direct bwd_data, direct bwd_filter
     (1, 9, 10, 5, 3, 4, 1, 1, jnp.float32),       # scalar (C % 4 != 0) paths
+    (2, 13, 29, 72, 3, 3, 1, 1, jnp.bfloat16),    # half GEMV: 64-channel blocks, 16-byte loads
+    (2, 13, 29, 100, 5, 5, 2, 1, jnp.float16),    # half GEMV stride 2, scalar (C % 8 != 0)
 ]
 
 
@@ -30,15 +32,20 @@ def main():
     x = jax.random.uniform(kx, (n, h, w, c), jnp.float32, -1, 1).astype(dtype)
     k = jax.random.uniform(kk, (kh, kw, 1, c), jnp.float32, -1, 1).astype(dtype)
     for deterministic in (False, True):
-      def f(x, k, impl, s=s, d=d, deterministic=deterministic):
+      def f(x, k, impl, s=s, d=d, deterministic=deterministic, **fused):
         return depthwise_conv2d(x, k, strides=s, kernel_dilation=d, implementation=impl,
-                                deterministic=deterministic)
+                                deterministic=deterministic, **fused)
       y, vjp = jax.vjp(lambda x, k: f(x, k, "flashdwc"), x, k)
       dy = jax.random.uniform(kd, y.shape, jnp.float32, -1, 1).astype(dtype)
       ours = (y, *vjp(dy))
       y_ref, vjp_ref = jax.vjp(lambda x, k: f(x, k, "xla"), x, k)
       ref = (y_ref, *vjp_ref(dy))
-      for name, a, b in zip(("y", "dx", "dw"), ours, ref):
+      # The fused forward: prologue (scale, shift, relu) and epilogue (bias, gelu).
+      fused = dict(bias=k[0, 0, 0], activation="gelu", input_scale=1.0 + 0.5 * k[-1, -1, 0].astype(jnp.float32),
+                   input_shift=0.5 * k[0, -1, 0].astype(jnp.float32), input_activation="relu")
+      ours = (*ours, f(x, k, "flashdwc", **fused))
+      ref = (*ref, f(x, k, "xla", **fused))
+      for name, a, b in zip(("y", "dx", "dw", "y fused"), ours, ref):
         a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
         err = np.abs(a - b).max() / max(np.abs(b).max(), 1e-6)
         assert err < 5e-2, (name, (n, h, w, c, kh, kw, s, d, dtype), err)
