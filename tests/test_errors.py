@@ -103,3 +103,21 @@ def test_ffi_call_with_integer_buffers_returns_an_error():
   a, b = jnp.ones((1, 4, 4, 2), jnp.int32), jnp.ones((3, 3, 1, 2), jnp.int32)
   with pytest.raises(Exception, match="unsupported element type"):
     jax.block_until_ready(jax.jit(lambda a, b: _raw_call("flashdwc_fwd", a, b, (1, 4, 4, 2), GOOD_GEOMETRY))(a, b))
+
+
+@pytest.mark.parametrize("bias_shape, scale, activation, prologue, match", [
+    ((5,), jnp.ones((4,), jnp.float32), 0, -1, r"bias must be \(C,\) or \(0,\)"),
+    ((4,), jnp.ones((4,), jnp.float32), 9, -1, r"activation must be in \[0, 5\)"),
+    ((4,), jnp.ones((4,), jnp.float32), 0, 5, r"prologue must be -1 \(none\) or an activation"),
+    ((4,), jnp.ones((3,), jnp.float32), 0, 1, r"scale and shift must be \(C,\) float32"),
+    ((4,), jnp.ones((4,), jnp.bfloat16), 0, 1, r"scale and shift must be \(C,\) float32"),
+])
+def test_malformed_fused_ffi_call_returns_an_error(bias_shape, scale, activation, prologue, match):
+  import jax
+
+  x, w = jnp.ones((2, 8, 8, 4), jnp.float32), jnp.ones((3, 3, 1, 4), jnp.float32)
+  bias, shift = jnp.ones(bias_shape, jnp.float32), jnp.zeros((4,), jnp.float32)
+  call = jax.ffi.ffi_call("flashdwc_fwd_fused", jax.ShapeDtypeStruct(x.shape, x.dtype))
+  fn = lambda *ops: call(*ops, geometry=GOOD_GEOMETRY, activation=np.int64(activation), prologue=np.int64(prologue))
+  with pytest.raises(Exception, match=match):
+    jax.block_until_ready(jax.jit(fn)(x, w, bias, scale, shift))
