@@ -54,9 +54,12 @@ struct FwdPrologue {
   Activation activation = Activation::kNone;
 
   FLASHDWC_HOST_DEVICE bool active() const { return scale != nullptr; }
-  FLASHDWC_HOST_DEVICE float apply(int64_t c, float v) const {
-    return apply_activation(activation, v * scale[c] + shift[c]);
+  // x' for an input value of channel c, from the channel's scale and shift wherever
+  // a kernel keeps them (here in global memory; the GEMV kernel holds them in registers).
+  FLASHDWC_HOST_DEVICE static float transform(Activation activation, float v, float scale, float shift) {
+    return apply_activation(activation, v * scale + shift);
   }
+  FLASHDWC_HOST_DEVICE float apply(int64_t c, float v) const { return transform(activation, v, scale[c], shift[c]); }
 };
 
 }  // namespace flashdwc
