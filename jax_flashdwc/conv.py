@@ -80,6 +80,14 @@ def _per_channel(name, value, channels):
   return value
 
 
+def _float_per_channel(name, value, channels):
+  """`value` as a (C,) float32 array, or a TypeError / ValueError naming `name`."""
+  value = jnp.asarray(value)
+  if not jnp.issubdtype(value.dtype, jnp.floating):
+    raise TypeError(f"{name} must be a floating-point array; got {value.dtype}")
+  return _per_channel(name, value, channels).astype(jnp.float32)
+
+
 def _check_activation(name, activation):
   if activation not in _activations.ACTIVATIONS:
     names = tuple(a for a in _activations.ACTIVATIONS if a is not None)
@@ -158,14 +166,12 @@ def depthwise_conv2d(
     if bias.dtype != jnp.dtype(x.dtype):
       raise TypeError(f"bias must have x's dtype {jnp.dtype(x.dtype)}; got {bias.dtype}")
   prologue = input_scale is not None or input_shift is not None or input_activation is not None
-  if prologue:
-    for name, value in (("input_scale", input_scale), ("input_shift", input_shift)):
-      if value is not None and not jnp.issubdtype(jnp.asarray(value).dtype, jnp.floating):
-        raise TypeError(f"{name} must be a floating-point array; got {jnp.asarray(value).dtype}")
-    scale = (jnp.ones((channels,), jnp.float32) if input_scale is None
-             else _per_channel("input_scale", input_scale, channels).astype(jnp.float32))
-    shift = (jnp.zeros((channels,), jnp.float32) if input_shift is None
-             else _per_channel("input_shift", input_shift, channels).astype(jnp.float32))
+  # Without a prologue these are placeholders the kernel ignores.
+  scale, shift = jnp.ones((channels,), jnp.float32), jnp.zeros((channels,), jnp.float32)
+  if input_scale is not None:
+    scale = _float_per_channel("input_scale", input_scale, channels)
+  if input_shift is not None:
+    shift = _float_per_channel("input_shift", input_shift, channels)
   if implementation == "xla":
     if prologue:
       x = _activations.apply(input_activation, x.astype(jnp.float32) * scale + shift).astype(x.dtype)
@@ -176,7 +182,5 @@ def depthwise_conv2d(
   if bias is None and activation is None and not prologue:
     return _dwconv(x, kernel, geometry, deterministic)
   bias = jnp.zeros((channels,), x.dtype) if bias is None else bias
-  if not prologue:  # placeholders the kernel ignores
-    scale, shift = jnp.ones((channels,), jnp.float32), jnp.zeros((channels,), jnp.float32)
   return _dwconv_fused(x, kernel, bias, scale, shift, geometry, activation, prologue, input_activation,
                        deterministic)

@@ -70,6 +70,16 @@ TEST_CASES = [
     ConvCase("wide_k63_c40", 1, 66, 64, 40, 63, 63),
 ]
 
+# One case per forward kernel family, for the fused epilogue and prologue tests:
+# GEMV (stride 1 and 2), tensor cores (fp16/bf16, KW >= 7, on the GPU), direct
+# (dilation), and the scalar path (C % 4 != 0). All pad.
+FUSION_CASES = [
+    ConvCase("k7", 2, 12, 20, 24, 7, 7),
+    ConvCase("k13_c13", 1, 15, 17, 13, 13, 13),
+    ConvCase("k3_s2", 2, 11, 12, 16, 3, 3, strides=2),
+    ConvCase("k5_d2", 1, 13, 12, 8, 5, 5, dilation=2),
+]
+
 # Small enough for numerical differentiation.
 GRAD_CASES = [
     ConvCase("grad_k3", 1, 5, 6, 3, 3, 3),

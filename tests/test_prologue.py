@@ -6,22 +6,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from numerics import CPU, EPS, fresh_seed, oracle, uniform
-from shapes import ConvCase
+from shapes import FUSION_CASES
 
 from jax_flashdwc import depthwise_conv2d
 from jax_flashdwc._activations import apply as activate
 
 ACTIVATIONS = [None, "relu", "gelu", "gelu_tanh", "silu"]
-# Every forward kernel, as in test_fused.py: GEMV (stride 1 and 2), tensor cores
-# (fp16/bf16, KW >= 7, on the GPU), direct (dilation), the scalar path (C % 4 != 0).
-# All pad: a shift moves act(0 * scale + shift) away from zero, so a kernel that
-# transformed the padding would fail.
-CASES = [
-    ConvCase("k7", 2, 12, 20, 24, 7, 7),
-    ConvCase("k13_c13", 1, 15, 17, 13, 13, 13),
-    ConvCase("k3_s2", 2, 11, 12, 16, 3, 3, strides=2),
-    ConvCase("k5_d2", 1, 13, 12, 8, 5, 5, dilation=2),
-]
+# Every forward kernel family. All pad: a shift moves act(0 * scale + shift) away
+# from zero, so a kernel that transformed the padding would fail.
+CASES = FUSION_CASES
 DTYPES = [pytest.param(jnp.float32, id="F32"), pytest.param(jnp.bfloat16, id="BF16")]
 
 
