@@ -18,7 +18,9 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from models import DWCONVS, MODELS  # noqa: E402
@@ -27,8 +29,13 @@ from train import make_train_step  # noqa: E402
 DEFAULT_MODELS = ("convnext_t", "convmixer_1536_20", "replknet31b", "slak_t")
 
 
-def time_step(model_name, conv, batch, size, bf16, steps, classes=1000):
-  """Median seconds per training step."""
+def time_step(model_name, conv, batch, size, bf16, steps, classes=1000, devices=None):
+  """Median seconds per training step.
+
+  With `devices`, the step is data-parallel over them: the (global) batch is split
+  over a 1-D mesh, parameters and optimizer state are replicated, and XLA
+  all-reduces the gradients.
+  """
   dtype = jnp.bfloat16 if bf16 else jnp.float32
   model = MODELS[model_name](DWCONVS[conv], classes, dtype)
   key = jax.random.key(0)
@@ -37,6 +44,10 @@ def time_step(model_name, conv, batch, size, bf16, steps, classes=1000):
   params = model.init(key, x[:1])
   optimizer = optax.adamw(1e-3)
   opt_state = optimizer.init(params)
+  if devices is not None:
+    mesh = Mesh(np.array(devices), ("data",))
+    x, y = jax.device_put((x, y), NamedSharding(mesh, P("data")))
+    params, opt_state = jax.device_put((params, opt_state), NamedSharding(mesh, P()))
   step = make_train_step(model, optimizer)
   for _ in range(2):  # compile and warm up
     params, opt_state, loss, _ = step(params, opt_state, x, y)

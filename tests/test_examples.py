@@ -45,3 +45,19 @@ def test_training_matches_flax_conv_over_a_short_run():
   ours, theirs = train(conv="flashdwc", **kwargs), train(conv="flax", **kwargs)
   assert ours[-1] < 0.8 * ours[0]
   np.testing.assert_allclose(np.mean(ours[-10:]), np.mean(theirs[-10:]), rtol=0.02)
+
+
+def test_data_parallel_benchmark_measures_every_device_count(tmp_path):
+  import jax
+
+  bench = _load("bench_data_parallel")
+  counts = [1, 2] if len(jax.devices()) >= 2 else [1]
+  args = ["--models", "convnext_micro", "--convs", "flashdwc", "--per-device-batch", "1", "--image-size", "16",
+          "--steps", "1", "--devices", *map(str, counts), "--out", str(tmp_path)]
+  rows = bench.main(args)
+  assert [r["devices"] for r in rows] == counts
+  assert [r["global_batch"] for r in rows] == counts
+  assert float(rows[0]["efficiency"]) == 1.0
+  assert all(float(r["images_per_s"]) > 0 for r in rows)
+  again = bench.main(args)  # resumes from the CSV: everything is there, nothing is measured twice
+  assert [r["step_ms"] for r in again] == [r["step_ms"] for r in rows]

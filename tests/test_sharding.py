@@ -1,4 +1,5 @@
-"""The custom calls partition across devices: tested on 8 simulated CPU devices.
+"""The custom calls partition across devices: on 8 simulated CPU devices, and on
+every local GPU where a machine has two or more.
 
 Batch and channel sharding must run with no all-gather of the activations, and
 every sharded result must equal the single-device one.
@@ -18,10 +19,38 @@ from shapes import ConvCase
 
 CPUS = jax.devices("cpu")
 CASES = [ConvCase("k5", 8, 10, 9, 16, 5, 5), ConvCase("s2_k3x4", 8, 11, 12, 16, 3, 4, strides=2, padding=((1, 2), (0, 1)))]
-MESHES = [pytest.param((8,), ("a",), id="mesh8"), pytest.param((4, 2), ("a", "b"), id="mesh4x2"),
-          pytest.param((2, 4), ("a", "b"), id="mesh2x4")]
+# The mesh over all n devices of a platform: one axis, then n/2 x 2 and 2 x n/2.
+MESHES = [pytest.param("flat", id="flat"), pytest.param("rows", id="rows"), pytest.param("cols", id="cols")]
 
-pytestmark = pytest.mark.skipif(len(CPUS) < 8, reason="needs 8 host devices (XLA_FLAGS set in conftest)")
+
+def _gpus():
+  try:
+    return jax.devices("gpu")
+  except RuntimeError:
+    return []
+
+
+@pytest.fixture(params=["cpu", "gpu"])
+def devices(request):
+  """The 8 simulated host devices, or every local GPU (at least two)."""
+  if request.param == "cpu":
+    if len(CPUS) < 8:
+      pytest.skip("needs 8 host devices (XLA_FLAGS set in conftest)")
+    return CPUS[:8]
+  gpus = _gpus()
+  if len(gpus) < 2:
+    pytest.skip(f"needs 2 or more GPUs, found {len(gpus)}")
+  return gpus
+
+
+def _mesh(devices, layout):
+  n = len(devices)
+  if layout == "flat":
+    return Mesh(np.array(devices), ("a",))
+  if n % 2:
+    pytest.skip(f"a 2-D mesh needs an even device count, have {n}")
+  shape = (n // 2, 2) if layout == "rows" else (2, n // 2)
+  return Mesh(np.array(devices).reshape(shape), ("a", "b"))
 
 
 def _shardings(axes):
@@ -51,18 +80,19 @@ def _assert_no_activation_gather(hlo, what):
   assert not gathers, f"{what}: the compiled program gathers: {gathers[:2]}"
 
 
-@pytest.mark.parametrize("mesh_shape, axis_names", MESHES)
+@pytest.mark.parametrize("layout", MESHES)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_batch_and_channel_sharding_match_single_device(case, mesh_shape, axis_names):
-  mesh = Mesh(np.array(CPUS[:8]).reshape(mesh_shape), axis_names)
+def test_batch_and_channel_sharding_match_single_device(case, layout, devices):
+  mesh = _mesh(devices, layout)
+  axis_names = mesh.axis_names
   rng = np.random.default_rng(fresh_seed())
   x = jnp.asarray(rng.uniform(-1, 1, case.x_shape), jnp.float32)
   w = jnp.asarray(rng.uniform(-1, 1, case.kernel_shape), jnp.float32)
-  cpu = CPUS[0]
+  one = devices[0]
   fwd_ref = jax.jit(lambda x, w: depthwise_conv2d(x, w, **case.conv_kwargs()))(
-      jax.device_put(x, cpu), jax.device_put(w, cpu))
-  grad_ref = jax.jit(jax.value_and_grad(_loss(case), argnums=(0, 1)))(jax.device_put(x, cpu),
-                                                                       jax.device_put(w, cpu))
+      jax.device_put(x, one), jax.device_put(w, one))
+  grad_ref = jax.jit(jax.value_and_grad(_loss(case), argnums=(0, 1)))(jax.device_put(x, one),
+                                                                       jax.device_put(w, one))
   axes = axis_names if len(axis_names) > 1 else axis_names[0]
   for name, x_spec, w_spec in _shardings(axes):
     xs = jax.device_put(x, NamedSharding(mesh, x_spec))
@@ -86,23 +116,24 @@ def test_batch_and_channel_sharding_match_single_device(case, mesh_shape, axis_n
     _assert_no_activation_gather(_hlo(step, xs, ws), f"value_and_grad {name}")
 
 
-def test_spatial_sharding_is_correct():
+def test_spatial_sharding_is_correct(devices):
   """H sharding cannot be kept (windows cross the split): XLA may gather, the result is right."""
   case = CASES[0]
-  mesh = Mesh(np.array(CPUS[:8]).reshape(4, 2), ("a", "b"))
+  mesh = _mesh(devices, "rows")
   rng = np.random.default_rng(fresh_seed())
   x = jnp.asarray(rng.uniform(-1, 1, (8, 16, 8, 16)), jnp.float32)
   w = jnp.asarray(rng.uniform(-1, 1, case.kernel_shape), jnp.float32)
-  ref = jax.jit(jax.value_and_grad(_loss(case), argnums=(0, 1)))(x, w)
+  ref = jax.jit(jax.value_and_grad(_loss(case), argnums=(0, 1)))(jax.device_put(x, devices[0]),
+                                                                  jax.device_put(w, devices[0]))
   xs = jax.device_put(x, NamedSharding(mesh, P(None, "a", "b", None)))
   got = jax.jit(jax.value_and_grad(_loss(case), argnums=(0, 1)))(xs, w)
   for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(ref)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=x.size * 2e-7)
 
 
-def test_shard_map_runs_the_kernel_per_shard():
+def test_shard_map_runs_the_kernel_per_shard(devices):
   case = CASES[0]
-  mesh = Mesh(np.array(CPUS[:8]), ("a",))
+  mesh = _mesh(devices, "flat")
   rng = np.random.default_rng(fresh_seed())
   x = jnp.asarray(rng.uniform(-1, 1, case.x_shape), jnp.float32)
   w = jnp.asarray(rng.uniform(-1, 1, case.kernel_shape), jnp.float32)
@@ -112,13 +143,14 @@ def test_shard_map_runs_the_kernel_per_shard():
   per_shard = shard_map(lambda x, w: depthwise_conv2d(x, w, **case.conv_kwargs()), mesh=mesh,
                         in_specs=(P("a"), P()), out_specs=P("a"))
   out = jax.jit(per_shard)(x, w)
-  ref = depthwise_conv2d(x, w, **case.conv_kwargs())
+  ref = depthwise_conv2d(jax.device_put(x, devices[0]), jax.device_put(w, devices[0]), **case.conv_kwargs())
   np.testing.assert_allclose(np.asarray(out), np.asarray(ref), rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("mesh_shape, axis_names", MESHES[:2])
-def test_fused_epilogue_and_prologue_shard_with_their_channels(mesh_shape, axis_names):
-  mesh = Mesh(np.array(CPUS[:8]).reshape(mesh_shape), axis_names)
+@pytest.mark.parametrize("layout", MESHES[:2])
+def test_fused_epilogue_and_prologue_shard_with_their_channels(layout, devices):
+  mesh = _mesh(devices, layout)
+  axis_names = mesh.axis_names
   case = CASES[0]
   rng = np.random.default_rng(fresh_seed())
   x = jnp.asarray(rng.uniform(-1, 1, case.x_shape), jnp.float32)
@@ -133,7 +165,7 @@ def test_fused_epilogue_and_prologue_shard_with_their_channels(mesh_shape, axis_
     return jnp.sum(jnp.tanh(y))
 
   fn = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4)))
-  expected = fn(x, w, b, s, t)
+  expected = fn(*jax.device_put((x, w, b, s, t), devices[0]))
   for what, x_spec, w_spec in _shardings(axis_names):
     c_axes = _padded(w_spec)[3]
     args = (jax.device_put(x, NamedSharding(mesh, x_spec)), jax.device_put(w, NamedSharding(mesh, w_spec)),
