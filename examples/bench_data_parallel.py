@@ -23,7 +23,7 @@ import sys
 import jax
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_train import time_step  # noqa: E402
+from bench_train import pyplot, time_step, write_csv  # noqa: E402
 from models import DWCONVS, MODELS  # noqa: E402
 
 KEY = ("model", "conv", "devices")
@@ -38,15 +38,8 @@ def read_rows(path):
 
 def write_rows(rows, stem, title):
   """The rows as stem.csv, and scaling efficiency against device count as stem.png."""
-  with open(stem + ".csv", "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
+  write_csv(rows, stem + ".csv")
+  plt = pyplot()
   fig, (ax_eff, ax_rate) = plt.subplots(1, 2, figsize=(10, 3.8))
   series = sorted({(r["model"], r["conv"]) for r in rows})
   for model, conv in series:

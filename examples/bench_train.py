@@ -61,17 +61,28 @@ def time_step(model_name, conv, batch, size, bf16, steps, classes=1000, devices=
   return statistics.median(times)
 
 
-def write_results(rows, stem, title):
-  """The rows as stem.csv, and a bar chart of their speedups as stem.png."""
-  with open(stem + ".csv", "w", newline="") as f:
+def write_csv(rows, path):
+  """Rows (dicts with the same keys) as a CSV file, the keys as its header."""
+  with open(path, "w", newline="") as f:
     writer = csv.DictWriter(f, fieldnames=list(rows[0]))
     writer.writeheader()
     writer.writerows(rows)
+
+
+def pyplot():
+  """matplotlib.pyplot on the file-only backend (no display on a GPU machine)."""
   import matplotlib
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
+  return plt
+
+
+def write_results(rows, stem, title):
+  """The rows as stem.csv, and a bar chart of their speedups as stem.png."""
+  write_csv(rows, stem + ".csv")
+  plt = pyplot()
   fig, ax = plt.subplots(figsize=(6.5, 3.8))
   speedups = [float(r["speedup"]) for r in rows]
   ax.bar([r["model"] for r in rows], speedups)
