@@ -8,9 +8,11 @@ from numerics import CPU, EPS, fresh_seed, oracle, uniform
 from shapes import FUSION_CASES
 
 from jax_flashdwc import depthwise_conv2d
+from jax_flashdwc import _activations
 from jax_flashdwc._activations import apply as activate
 
-ACTIVATIONS = [None, "relu", "gelu", "gelu_tanh", "silu"]
+# Every activation the library fuses, so that a new one is tested too.
+ACTIVATIONS = list(_activations.ACTIVATIONS)
 CASES = FUSION_CASES
 DTYPES = [pytest.param(jnp.float32, id="F32"), pytest.param(jnp.bfloat16, id="BF16")]
 
