@@ -26,6 +26,7 @@ from .conv import depthwise_conv2d
 
 # (name, x shape, kernel (KH, KW), strides, padding, dilation)
 PROBLEMS = [
+    ("k3 stride 1", (2, 40, 70, 64), (3, 3), 1, "SAME", 1),
     ("k7 stride 1", (2, 20, 23, 64), (7, 7), 1, "SAME", 1),
     ("k31 stride 1, C=33", (1, 35, 33, 33), (31, 31), 1, "SAME", 1),
     ("k3 stride 2", (2, 17, 16, 48), (3, 3), 2, "SAME", 1),

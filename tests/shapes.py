@@ -64,6 +64,15 @@ TEST_CASES = [
     # full blocks and a ragged third, and C % 8 == 4 (scalar loads in fp16/bf16).
     ConvCase("tiles_k5_c136_s2", 2, 19, 23, 136, 5, 5, strides=2),
     ConvCase("tiles_k5_c100", 1, 13, 29, 100, 5, 5),
+    # The row-stream kernel (stride 1, KW 3/5/7, KH <= 9): several strips, runs of
+    # rows that wrap the ring of row slots, a ragged last run, a ragged second
+    # 64-channel block (fp16/bf16), rectangular and asymmetric padding, KH = 9, and
+    # padding wider than the filter (its backward-data pass crops).
+    ConvCase("rows_k3_c64", 2, 40, 70, 64, 3, 3),
+    ConvCase("rows_k5x3_c72", 1, 37, 33, 72, 5, 3),
+    ConvCase("rows_k7_c24_asym", 1, 20, 30, 24, 7, 7, padding=((1, 5), (6, 0))),
+    ConvCase("rows_k9x5_c16", 2, 18, 20, 16, 9, 5),
+    ConvCase("rows_k3_pad4_c8", 1, 17, 12, 8, 3, 3, padding=4),
     # Filter rows wider than one 16 KiB shared-memory stage: one row per stage and
     # more than 48 KiB of dynamic shared memory (fp32), so the launch raises the limit.
     ConvCase("wide_k3x200", 1, 4, 203, 8, 3, 200),

@@ -56,12 +56,15 @@ int main(int argc, char** argv) {
   for (int k : {3, 13, 51}) point<float>(tag, 128, 32, 32, 1024, k, 1);
   point<float>(tag, 128, 56, 56, 96, 7, 1);
   point<float>(tag, 128, 56, 56, 128, 31, 1);
+  // The row-stream kernel's other filter widths (k = 3 above), fp32.
+  for (int k : {5, 7}) point<float>(tag, 128, 128, 128, 128, k, 1);
+  for (int k : {5, 7}) point<float>(tag, 128, 32, 32, 1024, k, 1);
   point<float>(tag, 128, 112, 112, 96, 3, 2);
   point<float>(tag, 128, 56, 56, 144, 3, 2);
   for (int k : {3, 7, 13, 17, 31, 51}) point<__nv_bfloat16>(tag, 128, 64, 64, 256, k, 1);
   for (int k : {7, 31}) point<__nv_bfloat16>(tag, 128, 128, 128, 128, k, 1);
   for (int k : {7, 31}) point<__nv_bfloat16>(tag, 128, 32, 32, 1024, k, 1);
-  // The half-precision GEMV kernel (k < 7 and stride 2).
+  // Half precision below the tensor-core kernel's k = 7 (row-stream at stride 1, GEMV at stride 2).
   for (int k : {3, 5}) point<__nv_bfloat16>(tag, 128, 128, 128, 128, k, 1);
   for (int k : {3, 5}) point<__nv_bfloat16>(tag, 128, 32, 32, 1024, k, 1);
   for (int k : {3, 5}) point<__half>(tag, 128, 64, 64, 256, k, 1);

@@ -8,6 +8,7 @@
 #include "dwconv/dwconv_cuda.h"
 #include "dwconv/fwd_gemv.cuh"
 #include "dwconv/fwd_mma.h"
+#include "dwconv/fwd_rowstream.cuh"
 
 namespace flashdwc {
 namespace {
@@ -94,6 +95,61 @@ cudaError_t launch_fwd_gemv_stride(const DwConvParams& p, const T* x, const T* w
              : launch_fwd_gemv<T, kStride, false, false>(p, x, w, y, stream, epilogue, prologue);
 }
 
+// Row-stream kernel sizes. Outputs per thread: 4 (64-column strips), or 2 where
+// the output is at most 32 wide, so that narrow images do not leave half of every
+// strip idle. Blocks: enough for several waves on an H200 (132 SMs, up to 4
+// resident blocks of 128 threads each), in runs of at least 16 output rows so that the
+// KH - 1 halo rows a block reads twice stay a small fraction.
+constexpr int64_t kRowStreamTargetBlocks = 2048;
+constexpr int64_t kRowStreamMinRows = 16;
+constexpr int64_t kRowStreamMaxKernelH = 9;
+constexpr int64_t kRowStreamNarrowWidth = 32;
+
+template <typename T, int kTM, int kKW>
+cudaError_t launch_fwd_rowstream(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
+                                 const FwdEpilogue& epilogue) {
+  using Tr = RowStreamTraits<T, kTM>;
+  RowStreamGrid grid;
+  grid.strips = (p.out_w + Tr::kStripWidth - 1) / Tr::kStripWidth;
+  const int64_t channel_blocks = (p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels;
+  const int64_t base = std::max<int64_t>(p.batch * grid.strips * channel_blocks, 1);
+  const int64_t row_blocks = std::clamp<int64_t>((kRowStreamTargetBlocks + base - 1) / base, 1, p.out_h);
+  grid.rows_per_block = std::max((p.out_h + row_blocks - 1) / row_blocks, std::min(p.out_h, kRowStreamMinRows));
+  grid.row_blocks = (p.out_h + grid.rows_per_block - 1) / grid.rows_per_block;
+  grid.ring_rows = int(p.kernel_h) + Tr::kPrefetchRows;
+  const size_t smem = size_t(rowstream_smem_bytes<T, kTM>(p.kernel_h, kKW));
+  auto kernel = dwconv_fwd_rowstream_kernel<T, kTM, kKW>;
+  if (smem > 48 * 1024) {
+    if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+        err != cudaSuccess) {
+      return err;
+    }
+  }
+  const dim3 blocks(unsigned(p.batch * grid.strips * grid.row_blocks), unsigned(channel_blocks));
+  kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, w, y, p, grid, epilogue);
+  return cudaGetLastError();
+}
+
+template <typename T, int kTM>
+cudaError_t launch_fwd_rowstream_width(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
+                                       const FwdEpilogue& epilogue) {
+  switch (p.kernel_w) {
+    case 3: return launch_fwd_rowstream<T, kTM, 3>(p, x, w, y, stream, epilogue);
+    case 5: return launch_fwd_rowstream<T, kTM, 5>(p, x, w, y, stream, epilogue);
+    default: return launch_fwd_rowstream<T, kTM, 7>(p, x, w, y, stream, epilogue);
+  }
+}
+
+// Whether the row-stream kernel takes the problem, from its geometry alone (the
+// launch also needs 16-byte aligned buffers and no prologue).
+bool rowstream_supports(const DwConvParams& p, bool half_precision) {
+  const int64_t width = half_precision ? 8 : 4;
+  const int64_t most_blocks = p.batch * p.out_h * ((p.out_w + kRowStreamNarrowWidth - 1) / kRowStreamNarrowWidth);
+  return p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1 &&
+         (p.kernel_w == 3 || p.kernel_w == 5 || p.kernel_w == 7) && p.kernel_h <= kRowStreamMaxKernelH &&
+         p.channels % width == 0 && (p.channels + 8 * width - 1) / (8 * width) <= 65535 && most_blocks <= INT32_MAX;
+}
+
 }  // namespace
 
 // Narrowest filter the tensor-core kernel takes. Measured on the H200, bf16
@@ -104,6 +160,7 @@ constexpr int64_t kMmaMinKernelW = 7;
 
 FwdKernel select_fwd_kernel(const DwConvParams& p, bool half_precision) {
   if (half_precision && p.kernel_w >= kMmaMinKernelW && fwd_mma_supports(p)) return FwdKernel::kMma;
+  if (rowstream_supports(p, half_precision)) return FwdKernel::kRowStream;
   // Grid limits of the GEMV kernel, checked for the most blocks either storage type
   // launches: fp32's 32-channel blocks along y, the half types' smaller TM along x.
   using Tr = GemvFwdTraits<float>;
@@ -125,6 +182,10 @@ cudaError_t run_dwconv_fwd(const DwConvParams& p, const T* x, const T* w, T* y, 
     if (kernel == FwdKernel::kMma) return launch_fwd_mma(p, x, w, y, stream, epilogue, prologue);
   }
   if (kernel == FwdKernel::kDirect) return launch_fwd_direct(p, x, w, y, stream, epilogue, prologue);
+  if (kernel == FwdKernel::kRowStream && !prologue.active() && aligned(x, 16) && aligned(w, 16) && aligned(y, 16)) {
+    return p.out_w <= kRowStreamNarrowWidth ? launch_fwd_rowstream_width<T, 2>(p, x, w, y, stream, epilogue)
+                                            : launch_fwd_rowstream_width<T, 4>(p, x, w, y, stream, epilogue);
+  }
   return p.stride_w == 1 ? launch_fwd_gemv_stride<T, 1>(p, x, w, y, stream, epilogue, prologue)
                          : launch_fwd_gemv_stride<T, 2>(p, x, w, y, stream, epilogue, prologue);
 }

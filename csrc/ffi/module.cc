@@ -51,9 +51,12 @@ NB_MODULE(_jax_flashdwc, m) {
   m.def(
       "cuda_forward_kernel",
       [](int64_t channels, int64_t out_w, int64_t kernel_w, int64_t stride_w, int64_t dilation_w,
-         bool half_precision) {
+         bool half_precision, int64_t kernel_h, int64_t stride_h, int64_t dilation_h) {
         flashdwc::DwConvParams p{};
-        p.batch = p.out_h = p.in_h = p.kernel_h = p.stride_h = p.dilation_h = 1;
+        p.batch = 1;
+        p.kernel_h = kernel_h;
+        p.stride_h = stride_h;
+        p.dilation_h = dilation_h;
         p.channels = channels;
         p.out_w = out_w;
         p.in_w = out_w;
@@ -63,13 +66,15 @@ NB_MODULE(_jax_flashdwc, m) {
         p.out_h = p.in_h = 64;
         switch (flashdwc::select_fwd_kernel(p, half_precision)) {
           case flashdwc::FwdKernel::kMma: return "mma";
+          case flashdwc::FwdKernel::kRowStream: return "rowstream";
           case flashdwc::FwdKernel::kGemv: return "gemv";
           case flashdwc::FwdKernel::kDirect: return "direct";
         }
         return "direct";
       },
       nb::arg("channels"), nb::arg("out_w"), nb::arg("kernel_w"), nb::arg("stride_w"), nb::arg("dilation_w"),
-      nb::arg("half_precision") = false);
+      nb::arg("half_precision") = false, nb::arg("kernel_h") = 1, nb::arg("stride_h") = 1,
+      nb::arg("dilation_h") = 1);
   // Bytes of the fp32 workspace the CUDA filter gradient needs; the lowering adds
   // a result of that size to the custom call, so XLA owns the memory (also inside
   // command buffers).

@@ -16,13 +16,15 @@ from jax_flashdwc import depthwise_conv2d
 
 # (N, H, W, C, KH, KW, strides, dilation, dtype): which kernels each reaches.
 CASES = [
-    (2, 19, 37, 40, 7, 7, 1, 1, jnp.float32),     # GEMV fwd, stride-1 bwd_data on GEMV, split bwd_filter
+    (2, 19, 37, 40, 7, 7, 1, 1, jnp.float32),     # row-stream fwd and stride-1 bwd_data, split bwd_filter
+    (1, 20, 21, 12, 4, 4, 1, 1, jnp.float32),     # GEMV fwd (KW 4), stride-1 bwd_data on GEMV
     (2, 19, 37, 42, 5, 5, 2, 1, jnp.float32),     # GEMV stride 2, direct bwd_data, split bwd_filter (stride 2)
     (1, 17, 140, 24, 9, 9, 1, 1, jnp.bfloat16),   # tensor-core fwd and bwd_data, 2 strips, masked channels
     (1, 40, 40, 16, 31, 31, 1, 1, jnp.float16),   # tensor-core fwd with several filter chunks
     (2, 11, 13, 6, 3, 3, 3, 2, jnp.float32),      # direct fwd, direct bwd_data, direct bwd_filter
     (1, 9, 10, 5, 3, 4, 1, 1, jnp.float32),       # scalar (C % 4 != 0) paths
-    (2, 13, 29, 72, 3, 3, 1, 1, jnp.bfloat16),    # half GEMV: 64-channel blocks, 16-byte loads
+    (2, 13, 29, 72, 3, 3, 1, 1, jnp.bfloat16),    # half row-stream: a ragged second 64-channel block
+    (2, 13, 29, 72, 4, 4, 1, 1, jnp.bfloat16),    # half GEMV: 64-channel blocks, 16-byte loads
     (2, 13, 29, 100, 5, 5, 2, 1, jnp.float16),    # half GEMV stride 2, scalar (C % 8 != 0)
 ]
 

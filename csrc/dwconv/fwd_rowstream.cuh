@@ -1,0 +1,190 @@
+// Forward kernel for small filters at stride 1 (KW of 3, 5 or 7; KH up to 9): the
+// GEMV kernel's per-thread dataflow, fed from a ring of input rows in shared memory
+// instead of from global memory.
+//
+// Why: at k = 3 the GEMV kernel moves 1.54 TB/s in bf16 (37% of the copy rate,
+// docs/perf-notes.md, v4). Each of its threads reads KH input rows straight from
+// global memory for every output row, so every input row is fetched KH times and
+// a thread waits on one row's loads before the next. Here a block walks down a
+// strip of the image: each input row is fetched once, by cp.async, two rows ahead
+// of its use, with the zero padding written by the copies (no bounds checks in the
+// arithmetic), and the KH rows an output row needs are read from shared memory.
+//
+// Block: 128 threads = 8 channel groups (16 bytes of channels each: 32 fp32 or 64
+// fp16/bf16 channels per block) x 16 column threads of kTM outputs: a strip of
+// 16 * kTM output columns. The block computes output rows [row_begin, row_end) of
+// one image and strip; the input rows travel through a ring of KH + kPrefetchRows
+// slots.
+#pragma once
+
+#include <cstdint>
+
+#include "common/cp_async.cuh"
+#include "common/cuda_types.cuh"
+#include "common/static_for.cuh"
+#include "dwconv/epilogue.h"
+#include "dwconv/params.h"
+
+namespace flashdwc {
+
+template <typename T, int kTM_>
+struct RowStreamTraits {
+  static constexpr int kThreads = 128;
+  static constexpr int kTM = kTM_;
+  static constexpr int kChannelsPerThread = Vec16<T>::kWidth;                 // 4 fp32, 8 half
+  static constexpr int kChannelGroups = 8;                                   // 128 bytes of channels
+  static constexpr int kBlockChannels = kChannelGroups * kChannelsPerThread;  // 32 or 64
+  static constexpr int kColumnThreads = kThreads / kChannelGroups;            // 16
+  static constexpr int kStripWidth = kColumnThreads * kTM;                   // output columns per block
+  // Input rows in flight ahead of the rows being read.
+  static constexpr int kPrefetchRows = 2;
+};
+
+// Problem-derived values computed once on the host.
+struct RowStreamGrid {
+  // Output-column strips per image: ceil(Wo / kStripWidth).
+  int64_t strips;
+  // Output rows per block (the last block of an image may have fewer).
+  int64_t rows_per_block;
+  // Blocks per image and strip: ceil(Ho / rows_per_block).
+  int64_t row_blocks;
+  // Ring slots: KH + kPrefetchRows.
+  int ring_rows;
+};
+
+// Bytes of dynamic shared memory: the ring of input rows, then the filter slice.
+template <typename T, int kTM>
+constexpr int64_t rowstream_smem_bytes(int64_t kernel_h, int64_t kernel_w) {
+  using Tr = RowStreamTraits<T, kTM>;
+  const int64_t row_bytes = (Tr::kStripWidth + kernel_w - 1) * Tr::kBlockChannels * int64_t(sizeof(T));
+  return (kernel_h + Tr::kPrefetchRows) * row_bytes + kernel_h * kernel_w * Tr::kBlockChannels * int64_t(sizeof(T));
+}
+
+// 4 resident blocks per SM cap the registers at 128: fp16/bf16 with kTM = 4 took
+// 168 (ptxas, uncapped at 3 blocks) and fit in 124-127 capped, without spill.
+template <typename T, int kTM, int kKW>
+__global__ void __launch_bounds__(RowStreamTraits<T, kTM>::kThreads, 4)
+dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+                            DwConvParams p, RowStreamGrid grid, FwdEpilogue epilogue) {
+  using Tr = RowStreamTraits<T, kTM>;
+  constexpr int kWidth = Tr::kChannelsPerThread;
+  constexpr int kRowColumns = Tr::kStripWidth + kKW - 1;
+  constexpr int kRowElems = kRowColumns * Tr::kBlockChannels;
+  constexpr int kRowChunks = kRowColumns * Tr::kChannelGroups;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* ring = reinterpret_cast<T*>(smem_raw);                // (ring_rows, kRowColumns, kBlockChannels)
+  T* w_smem = ring + int64_t(grid.ring_rows) * kRowElems;  // (KH, KW, kBlockChannels)
+
+  const int kernel_h = int(p.kernel_h);
+  const int64_t strip = int64_t(blockIdx.x) % grid.strips;
+  const int64_t row_block = (int64_t(blockIdx.x) / grid.strips) % grid.row_blocks;
+  const int64_t n = int64_t(blockIdx.x) / (grid.strips * grid.row_blocks);
+  const int64_t channel_base = int64_t(blockIdx.y) * Tr::kBlockChannels;
+  const int64_t ow_begin = strip * Tr::kStripWidth;
+  const int64_t row_begin = row_block * grid.rows_per_block;
+  const int64_t row_end = min(row_begin + grid.rows_per_block, p.out_h);
+  const int rows = int(row_end - row_begin);
+  // Input rows the block reads: ih_begin + j for j in [0, rows + KH - 1).
+  const int64_t ih_begin = row_begin - p.pad_top;
+  const int64_t iw_begin = ow_begin - p.pad_left;
+  const int input_rows = rows + kernel_h - 1;
+
+  // One input row into its ring slot: 16-byte copies, zero-filled outside the
+  // image and past C, so that the arithmetic below needs no predicates.
+  auto load_row = [&](int j) {
+    if (j >= input_rows) return;
+    const int64_t ih = ih_begin + j;
+    const bool row_inside = ih >= 0 && ih < p.in_h;
+    T* slot = ring + int64_t(j % grid.ring_rows) * kRowElems;
+    const T* x_row = x + (n * p.in_h + (row_inside ? ih : 0)) * p.in_w * p.channels;
+    for (int q = threadIdx.x; q < kRowChunks; q += Tr::kThreads) {
+      const int col = q / Tr::kChannelGroups, grp = q % Tr::kChannelGroups;
+      const int64_t iw = iw_begin + col;
+      const int64_t c = channel_base + grp * kWidth;
+      const bool valid = row_inside && iw >= 0 && iw < p.in_w && c < p.channels;
+      cp_async<16>(slot + q * kWidth, valid ? x_row + iw * p.channels + c : x, valid);
+    }
+  };
+
+  // The filter slice of the block's channels, with the first rows.
+  const int filter_chunks = kernel_h * kKW * Tr::kChannelGroups;
+  for (int q = threadIdx.x; q < filter_chunks; q += Tr::kThreads) {
+    const int tap = q / Tr::kChannelGroups, grp = q % Tr::kChannelGroups;
+    const int64_t c = channel_base + grp * kWidth;
+    const bool valid = c < p.channels;
+    cp_async<16>(w_smem + q * kWidth, valid ? w + filter_tap(p, tap / kKW, tap % kKW) * p.channels + c : w, valid);
+  }
+  // Rows 0 .. ring_rows - 2, one commit group each (empty groups past the last row
+  // keep the count that cp_async_wait relies on).
+  for (int j = 0; j < grid.ring_rows - 1; ++j) {
+    load_row(j);
+    cp_async_commit();
+  }
+
+  const int group = threadIdx.x % Tr::kChannelGroups;
+  const int column_thread = threadIdx.x / Tr::kChannelGroups;
+  const int64_t c0 = channel_base + group * kWidth;
+  const bool channels_valid = c0 < p.channels;
+  const int64_t ow0 = ow_begin + column_thread * kTM;
+  const T* w_thread = w_smem + group * kWidth;
+
+  float bias[kWidth] = {};
+  if (epilogue.bias != nullptr && channels_valid) {
+#pragma unroll
+    for (int i = 0; i < kWidth; ++i) bias[i] = to_float(static_cast<const T*>(epilogue.bias)[c0 + i]);
+  }
+
+  for (int o = 0; o < rows; ++o) {
+    // Committed so far: rows up to o + ring_rows - 2; rows up to o + KH - 1 must
+    // have landed, so kPrefetchRows - 1 groups may still be in flight.
+    cp_async_wait<Tr::kPrefetchRows - 1>();
+    // Makes those rows visible to every thread, and ends every thread's reads of
+    // row o - 1, whose slot the next copy reuses.
+    __syncthreads();
+    load_row(o + grid.ring_rows - 1);
+    cp_async_commit();
+
+    float acc[kTM][kWidth];
+#pragma unroll
+    for (int t = 0; t < kTM; ++t)
+#pragma unroll
+      for (int i = 0; i < kWidth; ++i) acc[t][i] = 0.0f;
+    for (int kh = 0; kh < kernel_h; ++kh) {
+      const T* row = ring + int64_t((o + kh) % grid.ring_rows) * kRowElems +
+                     (column_thread * kTM) * Tr::kBlockChannels + group * kWidth;
+      const T* w_row = w_thread + kh * kKW * Tr::kBlockChannels;
+      // Width-first window as in gemv_row: at tap kw, slot (kw + j) % kTM holds
+      // column kw + j; output t reads column kw + t.
+      float win[kTM][kWidth];
+#pragma unroll
+      for (int j = 0; j < kTM - 1; ++j) Vec16<T>::load_shared(row + j * Tr::kBlockChannels, win[j]);
+#pragma unroll
+      for (int kw = 0; kw < kKW; ++kw) {
+        Vec16<T>::load_shared(row + (kw + kTM - 1) * Tr::kBlockChannels, win[(kw + kTM - 1) % kTM]);
+        float wv[kWidth];
+        Vec16<T>::load_shared(w_row + kw * Tr::kBlockChannels, wv);
+#pragma unroll
+        for (int t = 0; t < kTM; ++t)
+#pragma unroll
+          for (int i = 0; i < kWidth; ++i) acc[t][i] = fmaf(win[(kw + t) % kTM][i], wv[i], acc[t][i]);
+      }
+    }
+
+    if (!channels_valid) continue;
+    if (epilogue.active()) {
+#pragma unroll
+      for (int t = 0; t < kTM; ++t)
+#pragma unroll
+        for (int i = 0; i < kWidth; ++i) acc[t][i] = apply_activation(epilogue.activation, acc[t][i] + bias[i]);
+    }
+    T* y_row = y + ((n * p.out_h + row_begin + o) * p.out_w + ow0) * p.channels + c0;
+#pragma unroll
+    for (int t = 0; t < kTM; ++t) {
+      if (ow0 + t < p.out_w) Vec16<T>::store(y_row + t * p.channels, acc[t]);
+    }
+  }
+  // No copy may be left in flight when the block exits.
+  cp_async_wait<0>();
+}
+
+}  // namespace flashdwc
