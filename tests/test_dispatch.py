@@ -54,3 +54,17 @@ def test_half_precision_forward_goes_to_tensor_cores_from_k7():
   assert pick(3) == pick(5) == "gemv"
   assert pick(7, sw=2) == "gemv"
   assert pick(31, half=False) == "gemv"
+
+
+@pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
+@pytest.mark.parametrize("half_precision", [False, True])
+def test_filter_gradient_workspace_is_whole_fp32_slices(half_precision):
+  native = _ffi._jax_flashdwc
+  shape = dict(batch=8, out_h=64, channels=256, kernel_h=3, kernel_w=3, stride_w=1, dilation_w=1)
+  slice_bytes = 3 * 3 * 256 * 4
+  atomic = native.cuda_bwd_filter_workspace_bytes(**shape, deterministic=False, half_precision=half_precision)
+  ordered = native.cuda_bwd_filter_workspace_bytes(**shape, deterministic=True, half_precision=half_precision)
+  assert atomic == slice_bytes  # one slice, merged by atomics
+  assert ordered % slice_bytes == 0 and ordered > slice_bytes  # one slice per chunk
+  assert native.cuda_bwd_filter_workspace_bytes(**{**shape, "dilation_w": 2}, deterministic=True,
+                                                half_precision=half_precision) == 0  # the direct kernel

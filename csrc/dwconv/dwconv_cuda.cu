@@ -1,6 +1,7 @@
 // Launchers for the CUDA kernels: kernel choice, grid computation, launch.
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 #include "dwconv/bwd_filter_split.cuh"
@@ -149,10 +150,16 @@ namespace {
 // computed 16, and k = 9 measured 6.8 ms against 2.6 ms at k = 7 on
 // 128x128x128x128), 13, 17, 21 -> 7, 31, 51 -> 8. TM = 9 is left out: it spills
 // 148-256 bytes under the 128-register cap, TM = 7 spills 32.
+// fp16/bf16 threads hold 8 channels, twice fp32's 4, so their accumulators and
+// window cost what fp32's do at twice the TM: they take TM 3 or 4 (fp32's 6 or 8),
+// which also fits KW = 3 exactly: 3 and 5 -> 3, 7 -> 4, 9 -> 3, 13 and up -> 4.
+template <typename T>
 int bwd_filter_tm(const DwConvParams& p) {
-  int best = 8;
+  constexpr bool kHalf = !std::is_same_v<T, float>;
+  int best = kHalf ? 4 : 8;
   int64_t best_cost = INT64_MAX;
-  for (int tm : {8, 7, 5, 4}) {  // ties go to the larger TM, fewer loads per FMA
+  // Ties go to the larger TM, fewer loads per FMA.
+  for (int tm : kHalf ? std::initializer_list<int>{4, 3} : std::initializer_list<int>{8, 7, 5, 4}) {
     const int64_t cost = (p.kernel_w + tm - 1) / tm * (tm + 2);
     if (cost < best_cost) best = tm, best_cost = cost;
   }
@@ -167,15 +174,18 @@ constexpr int64_t kBwdFilterTargetBlocks = 2048;
 // until the slices fit in this.
 constexpr int64_t kBwdFilterMaxWorkspaceBytes = int64_t(256) << 20;
 
+// The channel-block limit is checked for fp32's blocks, the narrower ones.
 bool bwd_filter_split_applies(const DwConvParams& p) {
+  using Tr = BwdFilterTraits<float>;
   return (p.stride_w == 1 || p.stride_w == 2) && p.dilation_w == 1 &&
-         (p.channels + BwdFilterTraits::kBlockChannels - 1) / BwdFilterTraits::kBlockChannels <= 65535 &&
+         (p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels <= 65535 &&
          p.kernel_h * p.kernel_w <= INT32_MAX;
 }
 
+template <typename T>
 BwdFilterGrid make_bwd_filter_grid(const DwConvParams& p, bool deterministic) {
-  using Tr = BwdFilterTraits;
-  const int tm = bwd_filter_tm(p);
+  using Tr = BwdFilterTraits<T>;
+  const int tm = bwd_filter_tm<T>(p);
   BwdFilterGrid g;
   g.kw_tiles = (p.kernel_w + tm - 1) / tm;
   g.tiles = p.kernel_h * g.kw_tiles;
@@ -199,7 +209,7 @@ int64_t bwd_filter_splits(const BwdFilterGrid& g) { return (g.rows + g.rows_per_
 template <typename T, int kTM, int kStride, bool kVec>
 cudaError_t launch_bwd_filter_split(const DwConvParams& p, const BwdFilterGrid& g, const T* x, const T* dy,
                                     float* ws, cudaStream_t stream) {
-  using Tr = BwdFilterTraits;
+  using Tr = BwdFilterTraits<T>;
   const dim3 blocks(unsigned((g.tiles + g.tiles_per_block - 1) / g.tiles_per_block),
                     unsigned((p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels),
                     unsigned(bwd_filter_splits(g)));
@@ -210,7 +220,7 @@ cudaError_t launch_bwd_filter_split(const DwConvParams& p, const BwdFilterGrid& 
 template <typename T, int kTM>
 cudaError_t launch_bwd_filter_split_tm(const DwConvParams& p, const BwdFilterGrid& g, const T* x, const T* dy,
                                        float* ws, cudaStream_t stream) {
-  const bool vec = p.channels % 4 == 0 && aligned(x, 4 * sizeof(T)) && aligned(dy, 4 * sizeof(T)) &&
+  const bool vec = p.channels % BwdFilterTraits<T>::kChannelsPerThread == 0 && aligned(x, 16) && aligned(dy, 16) &&
                    aligned(ws, 16);
   if (p.stride_w == 1) {
     return vec ? launch_bwd_filter_split<T, kTM, 1, true>(p, g, x, dy, ws, stream)
@@ -222,9 +232,11 @@ cudaError_t launch_bwd_filter_split_tm(const DwConvParams& p, const BwdFilterGri
 
 }  // namespace
 
-int64_t bwd_filter_workspace_bytes(const DwConvParams& p, bool deterministic) {
+int64_t bwd_filter_workspace_bytes(const DwConvParams& p, bool deterministic, bool half_precision) {
   if (!bwd_filter_split_applies(p)) return 0;
-  const BwdFilterGrid g = make_bwd_filter_grid(p, deterministic);
+  // fp16 and bf16 share their traits, so __half stands for both.
+  const BwdFilterGrid g = half_precision ? make_bwd_filter_grid<__half>(p, deterministic)
+                                         : make_bwd_filter_grid<float>(p, deterministic);
   const int64_t slices = g.atomic ? 1 : bwd_filter_splits(g);
   return slices * p.kernel_h * p.kernel_w * p.channels * int64_t(sizeof(float));
 }
@@ -239,7 +251,7 @@ cudaError_t run_dwconv_bwd_filter(const DwConvParams& p, const T* x, const T* dy
     dwconv_bwd_filter_direct_kernel<T><<<grid, block, 0, stream>>>(x, dy, dw, p);
     return cudaGetLastError();
   }
-  const BwdFilterGrid g = make_bwd_filter_grid(p, deterministic);
+  const BwdFilterGrid g = make_bwd_filter_grid<T>(p, deterministic);
   const int64_t count = p.kernel_h * p.kernel_w * p.channels;
   if (g.atomic) {
     if (cudaError_t err = cudaMemsetAsync(workspace, 0, count * sizeof(float), stream); err != cudaSuccess) {
@@ -247,11 +259,16 @@ cudaError_t run_dwconv_bwd_filter(const DwConvParams& p, const T* x, const T* dy
     }
   }
   cudaError_t err;
-  switch (bwd_filter_tm(p)) {
-    case 4: err = launch_bwd_filter_split_tm<T, 4>(p, g, x, dy, workspace, stream); break;
-    case 5: err = launch_bwd_filter_split_tm<T, 5>(p, g, x, dy, workspace, stream); break;
-    case 7: err = launch_bwd_filter_split_tm<T, 7>(p, g, x, dy, workspace, stream); break;
-    default: err = launch_bwd_filter_split_tm<T, 8>(p, g, x, dy, workspace, stream); break;
+  if constexpr (std::is_same_v<T, float>) {
+    switch (bwd_filter_tm<T>(p)) {
+      case 4: err = launch_bwd_filter_split_tm<T, 4>(p, g, x, dy, workspace, stream); break;
+      case 5: err = launch_bwd_filter_split_tm<T, 5>(p, g, x, dy, workspace, stream); break;
+      case 7: err = launch_bwd_filter_split_tm<T, 7>(p, g, x, dy, workspace, stream); break;
+      default: err = launch_bwd_filter_split_tm<T, 8>(p, g, x, dy, workspace, stream); break;
+    }
+  } else {
+    err = bwd_filter_tm<T>(p) == 3 ? launch_bwd_filter_split_tm<T, 3>(p, g, x, dy, workspace, stream)
+                                   : launch_bwd_filter_split_tm<T, 4>(p, g, x, dy, workspace, stream);
   }
   if (err != cudaSuccess) return err;
   const int64_t slices = g.atomic ? 1 : bwd_filter_splits(g);

@@ -76,7 +76,7 @@ NB_MODULE(_jax_flashdwc, m) {
   m.def(
       "cuda_bwd_filter_workspace_bytes",
       [](int64_t batch, int64_t out_h, int64_t channels, int64_t kernel_h, int64_t kernel_w, int64_t stride_w,
-         int64_t dilation_w, bool deterministic) {
+         int64_t dilation_w, bool deterministic, bool half_precision) {
         flashdwc::DwConvParams p{};
         p.batch = batch;
         p.out_h = out_h;
@@ -85,9 +85,9 @@ NB_MODULE(_jax_flashdwc, m) {
         p.kernel_w = kernel_w;
         p.stride_w = stride_w;
         p.dilation_w = dilation_w;
-        return flashdwc::bwd_filter_workspace_bytes(p, deterministic);
+        return flashdwc::bwd_filter_workspace_bytes(p, deterministic, half_precision);
       },
       nb::arg("batch"), nb::arg("out_h"), nb::arg("channels"), nb::arg("kernel_h"), nb::arg("kernel_w"),
-      nb::arg("stride_w"), nb::arg("dilation_w"), nb::arg("deterministic"));
+      nb::arg("stride_w"), nb::arg("dilation_w"), nb::arg("deterministic"), nb::arg("half_precision"));
 #endif
 }
