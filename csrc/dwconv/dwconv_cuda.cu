@@ -1,7 +1,6 @@
 // Launchers for the CUDA kernels: kernel choice, grid computation, launch.
 #include <algorithm>
 #include <cstdint>
-#include <initializer_list>
 #include <type_traits>
 
 #include "dwconv/bwd_filter_split.cuh"
@@ -153,15 +152,23 @@ namespace {
 // fp16/bf16 threads hold 8 channels, twice fp32's 4, so their accumulators and
 // window cost what fp32's do at twice the TM: they take TM 3 or 4 (fp32's 6 or 8),
 // which also fits KW = 3 exactly: 3 and 5 -> 3, 7 -> 4, 9 -> 3, 13 and up -> 4.
+constexpr int kBwdFilterTmFloat[] = {8, 7, 5, 4};
+constexpr int kBwdFilterTmHalf[] = {4, 3};
+
 template <typename T>
 int bwd_filter_tm(const DwConvParams& p) {
   constexpr bool kHalf = !std::is_same_v<T, float>;
   int best = kHalf ? 4 : 8;
   int64_t best_cost = INT64_MAX;
   // Ties go to the larger TM, fewer loads per FMA.
-  for (int tm : kHalf ? std::initializer_list<int>{4, 3} : std::initializer_list<int>{8, 7, 5, 4}) {
+  auto consider = [&](int tm) {
     const int64_t cost = (p.kernel_w + tm - 1) / tm * (tm + 2);
     if (cost < best_cost) best = tm, best_cost = cost;
+  };
+  if constexpr (kHalf) {
+    for (int tm : kBwdFilterTmHalf) consider(tm);
+  } else {
+    for (int tm : kBwdFilterTmFloat) consider(tm);
   }
   return best;
 }
