@@ -68,3 +68,15 @@ def test_filter_gradient_workspace_is_whole_fp32_slices(half_precision):
   assert ordered % slice_bytes == 0 and ordered > slice_bytes  # one slice per chunk
   assert native.cuda_bwd_filter_workspace_bytes(**{**shape, "dilation_w": 2}, deterministic=True,
                                                 half_precision=half_precision) == 0  # the direct kernel
+
+
+@pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
+def test_filter_gradient_tiling_takes_16_byte_half_loads_where_no_tap_is_wasted():
+  tiling = _ffi._jax_flashdwc.cuda_bwd_filter_tiling
+  assert tiling(3, half_precision=True) == (8, 3)  # 3 taps against width 4's TM 4
+  assert tiling(31, half_precision=True) == (8, 4)  # 32 taps either way
+  assert tiling(5, half_precision=True) == (4, 5)  # width 8 would compute 6
+  assert tiling(7, half_precision=True) == (4, 7)
+  assert tiling(13, half_precision=True) == (4, 7)
+  assert tiling(3, half_precision=False) == (4, 4)
+  assert tiling(31, half_precision=False) == (4, 8)

@@ -46,6 +46,8 @@ int main(int argc, char** argv) {
   float* ws;
   cudaMalloc(&ws, kWorkspaceBytes);
   for (int k : {3, 5, 7, 13, 31}) point<__nv_bfloat16>(tag, ws, 128, 128, 128, 128, k);
+  // The filter widths where the fp16/bf16 tiling rule changes between widths 4 and 8.
+  for (int k : {5, 9, 13, 17, 21, 27, 29, 31, 51}) point<__nv_bfloat16>(tag, ws, 128, 64, 64, 256, k);
   for (int k : {3, 7}) point<__nv_bfloat16>(tag, ws, 128, 64, 64, 256, k);
   for (int k : {3, 7}) point<__nv_bfloat16>(tag, ws, 128, 32, 32, 1024, k);
   for (int k : {3, 7}) point<__half>(tag, ws, 128, 64, 64, 256, k);

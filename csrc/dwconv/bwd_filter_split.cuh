@@ -7,13 +7,13 @@
 // dwconv_bwd_filter_finalize_kernel then sums in order z = 0, 1, ...
 //
 // Block: 4 warps of 8 channel groups x 4 slots = 8 groups x 16 slots. A channel
-// group is 16 bytes: 4 fp32 or 8 fp16/bf16 channels, so a block covers 32 or 64
-// channels. A slot owns a tap tile: kTM consecutive taps (kh, kw0 .. kw0 + kTM - 1)
-// of one filter row. Filters with fewer than 16 tiles give the spare slots other
-// rows of the chunk ("lanes"); the lanes are summed through shared memory in a
-// fixed order. Along an output row a thread slides a window of kTM input columns:
-// each ow costs one dy load and kStride new x loads (16 bytes each) for
-// kTM * width FMAs.
+// group is kWidth channels: 4 (fp32 always; fp16/bf16 in 8-byte loads) or 8
+// (fp16/bf16 in 16-byte loads), so a block covers 32 or 64 channels. A slot owns a
+// tap tile: kTM consecutive taps (kh, kw0 .. kw0 + kTM - 1) of one filter row.
+// Filters with fewer than 16 tiles give the spare slots other rows of the chunk
+// ("lanes"); the lanes are summed through shared memory in a fixed order. Along an
+// output row a thread slides a window of kTM input columns: each ow costs one dy
+// load and kStride new x loads (kWidth channels each) for kTM * kWidth FMAs.
 #pragma once
 
 #include <cstdint>
@@ -24,17 +24,26 @@
 
 namespace flashdwc {
 
-// The half types move 8 channels per 16-byte load (Vec16), as the forward GEMV
-// kernel does since v4: with 8-byte loads that kernel ran bf16 at 0.93 TB/s where
-// fp32 ran at 2.2 (docs/perf-notes.md).
-template <typename T>
+template <int kWidth>
 struct BwdFilterTraits {
   static constexpr int kThreads = 128;
-  static constexpr int kChannelsPerThread = Vec16<T>::kWidth;                 // 4 fp32, 8 half
+  static constexpr int kChannelsPerThread = kWidth;
   static constexpr int kChannelGroups = 8;
   static constexpr int kBlockChannels = kChannelGroups * kChannelsPerThread;  // 32 or 64
   static constexpr int kSlots = kThreads / kChannelGroups;                    // 16
 };
+
+// kWidth channels [c, c + valid) at p as float, zero where masked: one 16-byte
+// load of 4 fp32 or 8 fp16/bf16, or one 8-byte load of 4 fp16/bf16.
+template <typename T, int kWidth, bool kVec>
+__device__ __forceinline__ void load_channels_masked(const T* p, int valid, float (&v)[kWidth]) {
+  if constexpr (kWidth == 4) {
+    load4_masked<T, kVec>(p, valid, v);
+  } else {
+    static_assert(kWidth == Vec16<T>::kWidth, "8 channels per load is for fp16 and bf16");
+    load16_masked<T, kVec>(p, valid, v);
+  }
+}
 
 // Problem-derived values computed once on the host.
 struct BwdFilterGrid {
@@ -52,24 +61,23 @@ struct BwdFilterGrid {
 // Window invariant: at step k (ow = ow_begin + k), slot (kStride * k + t) % kTM holds
 // the input column of tap t. Each step loads the kStride columns that are new; with
 // the steps unrolled in chunks of kTM every slot index is a compile-time constant.
-template <typename T, int kTM, int kStride, bool kVec, bool kChecked>
-__device__ __forceinline__ void bwd_filter_row(float (&acc)[kTM][Vec16<T>::kWidth], const T* __restrict__ x_row,
+template <typename T, int kWidth, int kTM, int kStride, bool kVec, bool kChecked>
+__device__ __forceinline__ void bwd_filter_row(float (&acc)[kTM][kWidth], const T* __restrict__ x_row,
                                                const T* __restrict__ dy_row, int64_t first_col,
                                                int64_t in_w, int64_t channels, int channels_valid,
                                                int64_t ow_begin, int64_t ow_end) {
-  constexpr int kWidth = Vec16<T>::kWidth;
   if (ow_begin >= ow_end) return;
   float win[kTM][kWidth];
   const int64_t col0 = first_col + ow_begin * kStride;  // column of tap 0 at ow_begin
   auto load_col = [&](float (&v)[kWidth], int64_t col) {
     const bool inside = !kChecked || (col >= 0 && col < in_w);
-    load16_masked<T, kVec>(x_row + col * channels, inside ? channels_valid : 0, v);
+    load_channels_masked<T, kWidth, kVec>(x_row + col * channels, inside ? channels_valid : 0, v);
   };
   auto step = [&](int k, int64_t rel) {  // rel = ow - ow_begin; k = rel % kTM, static
 #pragma unroll
     for (int t = kTM - kStride; t < kTM; ++t) load_col(win[(kStride * k + t) % kTM], col0 + kStride * rel + t);
     float g[kWidth];
-    load16_masked<T, kVec>(dy_row + (ow_begin + rel) * channels, channels_valid, g);
+    load_channels_masked<T, kWidth, kVec>(dy_row + (ow_begin + rel) * channels, channels_valid, g);
 #pragma unroll
     for (int t = 0; t < kTM; ++t)
 #pragma unroll
@@ -93,12 +101,11 @@ __device__ __forceinline__ void bwd_filter_row(float (&acc)[kTM][Vec16<T>::kWidt
   });
 }
 
-template <typename T, int kTM, int kStride, bool kVec>
-__global__ void __launch_bounds__(BwdFilterTraits<T>::kThreads, 4)
+template <typename T, int kWidth, int kTM, int kStride, bool kVec>
+__global__ void __launch_bounds__(BwdFilterTraits<kWidth>::kThreads, 4)
 dwconv_bwd_filter_split_kernel(const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ ws,
                                DwConvParams p, BwdFilterGrid g) {
-  using Tr = BwdFilterTraits<T>;
-  constexpr int kWidth = Tr::kChannelsPerThread;
+  using Tr = BwdFilterTraits<kWidth>;
   static_assert(kStride <= kTM, "the window must hold the columns one step loads");
   // Lane partials, summed by lane 0 of each tile in lane order (deterministic).
   __shared__ float lane_sums[Tr::kSlots][Tr::kChannelGroups][kTM][kWidth];
@@ -144,11 +151,11 @@ dwconv_bwd_filter_split_kernel(const T* __restrict__ x, const T* __restrict__ dy
       if (ih < 0 || ih >= p.in_h) continue;
       const T* x_row = x + (n * p.in_h + ih) * p.in_w * p.channels + c0;
       const T* dy_row = dy + row * p.out_w * p.channels + c0;
-      bwd_filter_row<T, kTM, kStride, kVec, true>(acc, x_row, dy_row, first_col, p.in_w, p.channels,
+      bwd_filter_row<T, kWidth, kTM, kStride, kVec, true>(acc, x_row, dy_row, first_col, p.in_w, p.channels,
                                                   channels_valid, 0, lo);
-      bwd_filter_row<T, kTM, kStride, kVec, false>(acc, x_row, dy_row, first_col, p.in_w, p.channels,
+      bwd_filter_row<T, kWidth, kTM, kStride, kVec, false>(acc, x_row, dy_row, first_col, p.in_w, p.channels,
                                                    channels_valid, lo, hi);
-      bwd_filter_row<T, kTM, kStride, kVec, true>(acc, x_row, dy_row, first_col, p.in_w, p.channels,
+      bwd_filter_row<T, kWidth, kTM, kStride, kVec, true>(acc, x_row, dy_row, first_col, p.in_w, p.channels,
                                                   channels_valid, hi, p.out_w);
     }
   }

@@ -1,6 +1,7 @@
 // The native module `_jax_flashdwc`: hands the FFI handlers to Python as capsules,
 // grouped by platform, and exposes the output-poisoning switch used by the tests.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/pair.h>
 
 #include <type_traits>
 
@@ -89,5 +90,16 @@ NB_MODULE(_jax_flashdwc, m) {
       },
       nb::arg("batch"), nb::arg("out_h"), nb::arg("channels"), nb::arg("kernel_h"), nb::arg("kernel_w"),
       nb::arg("stride_w"), nb::arg("dilation_w"), nb::arg("deterministic"), nb::arg("half_precision"));
+  // (channels per thread, taps per thread) of the filter-gradient split kernel, for
+  // the dispatch tests.
+  m.def(
+      "cuda_bwd_filter_tiling",
+      [](int64_t kernel_w, bool half_precision) {
+        flashdwc::DwConvParams p{};
+        p.kernel_w = kernel_w;
+        const flashdwc::BwdFilterTiling t = flashdwc::bwd_filter_tiling(p, half_precision);
+        return std::make_pair(t.width, t.tm);
+      },
+      nb::arg("kernel_w"), nb::arg("half_precision"));
 #endif
 }
