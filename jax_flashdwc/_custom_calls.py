@@ -71,7 +71,7 @@ def _bwd_filter_cuda_lowering(ctx, x, dy, *, geometry, kernel_hw, deterministic)
   workspace_bytes = _ffi.cuda_bwd_filter_workspace_bytes(
       batch=x_aval.shape[0], out_h=dy_aval.shape[1], channels=x_aval.shape[3], kernel_h=kernel_hw[0],
       kernel_w=kernel_hw[1], stride_w=geometry.strides[1], dilation_w=geometry.dilation[1],
-      deterministic=deterministic)
+      deterministic=deterministic, half_precision=x_aval.dtype != jnp.float32)
   workspace = ShapedArray((max(workspace_bytes // 4, 1),), jnp.float32)
   lower = jax.ffi.ffi_lowering("flashdwc_bwd_filter")
   dw, _ = lower(ctx.replace(avals_out=[*ctx.avals_out, workspace]), x, dy,

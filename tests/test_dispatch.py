@@ -62,3 +62,29 @@ def test_half_precision_forward_goes_to_tensor_cores_from_k7():
   assert pick(3) == pick(5) == pick(7, half=False) == "rowstream"
   assert pick(3, sw=2) == pick(7, sw=2) == "gemv"
   assert pick(31, half=False) == "gemv"
+
+
+@pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
+@pytest.mark.parametrize("half_precision", [False, True])
+def test_filter_gradient_workspace_is_whole_fp32_slices(half_precision):
+  native = _ffi._jax_flashdwc
+  shape = dict(batch=8, out_h=64, channels=256, kernel_h=3, kernel_w=3, stride_w=1, dilation_w=1)
+  slice_bytes = 3 * 3 * 256 * 4
+  atomic = native.cuda_bwd_filter_workspace_bytes(**shape, deterministic=False, half_precision=half_precision)
+  ordered = native.cuda_bwd_filter_workspace_bytes(**shape, deterministic=True, half_precision=half_precision)
+  assert atomic == slice_bytes  # one slice, merged by atomics
+  assert ordered % slice_bytes == 0 and ordered > slice_bytes  # one slice per chunk
+  assert native.cuda_bwd_filter_workspace_bytes(**{**shape, "dilation_w": 2}, deterministic=True,
+                                                half_precision=half_precision) == 0  # the direct kernel
+
+
+@pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
+def test_filter_gradient_tiling_takes_16_byte_half_loads_where_no_tap_is_wasted():
+  tiling = _ffi._jax_flashdwc.cuda_bwd_filter_tiling
+  assert tiling(3, half_precision=True) == (8, 3)  # 3 taps against width 4's TM 4
+  assert tiling(31, half_precision=True) == (8, 4)  # 32 taps either way
+  assert tiling(5, half_precision=True) == (4, 5)  # width 8 would compute 6
+  assert tiling(7, half_precision=True) == (4, 7)
+  assert tiling(13, half_precision=True) == (4, 7)
+  assert tiling(3, half_precision=False) == (4, 4)
+  assert tiling(31, half_precision=False) == (4, 8)

@@ -14,15 +14,8 @@
 #include <type_traits>
 #include <vector>
 #include "dwconv/dwconv_cuda.h"
+#include "fill_uniform.cuh"
 using flashdwc::DwConvParams;
-template <typename T>
-__global__ void fill_uniform(T* p, int64_t n, unsigned seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    unsigned h = unsigned(i) * 2654435761u ^ seed;
-    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
-    p[i] = T(float(h) * (2.0f / 4294967296.0f) - 1.0f);
-  }
-}
 template <typename T>
 void point(const char* tag, int64_t n, int64_t h, int64_t w, int64_t c, int64_t k, int64_t s) {
   DwConvParams p{};

@@ -6,12 +6,14 @@
 // or (deterministic mode) by a plain store into slice z, which
 // dwconv_bwd_filter_finalize_kernel then sums in order z = 0, 1, ...
 //
-// Block: 4 warps of 8 (channel groups of 4) x 4 slots = 32 channels x 16 slots. A
-// slot owns a tap tile: kTM consecutive taps (kh, kw0 .. kw0 + kTM - 1) of one filter
-// row. Filters with fewer than 16 tiles give the spare slots other rows of the
-// chunk ("lanes"); the lanes are summed through shared memory in a fixed order.
-// Along an output row a thread slides a window of kTM input columns: each ow costs
-// one dy load and kStride new x loads (4 channels each) for kTM * 4 FMAs.
+// Block: 4 warps of 8 channel groups x 4 slots = 8 groups x 16 slots. A channel
+// group is kWidth channels: 4 (fp32 always; fp16/bf16 in 8-byte loads) or 8
+// (fp16/bf16 in 16-byte loads), so a block covers 32 or 64 channels. A slot owns a
+// tap tile: kTM consecutive taps (kh, kw0 .. kw0 + kTM - 1) of one filter row.
+// Filters with fewer than 16 tiles give the spare slots other rows of the chunk
+// ("lanes"); the lanes are summed through shared memory in a fixed order. Along an
+// output row a thread slides a window of kTM input columns: each ow costs one dy
+// load and kStride new x loads (kWidth channels each) for kTM * kWidth FMAs.
 #pragma once
 
 #include <cstdint>
@@ -22,13 +24,26 @@
 
 namespace flashdwc {
 
+template <int kWidth>
 struct BwdFilterTraits {
   static constexpr int kThreads = 128;
-  static constexpr int kChannelsPerThread = 4;
+  static constexpr int kChannelsPerThread = kWidth;
   static constexpr int kChannelGroups = 8;
-  static constexpr int kBlockChannels = kChannelGroups * kChannelsPerThread;  // 32
-  static constexpr int kSlots = kThreads / kChannelGroups;                      // 16
+  static constexpr int kBlockChannels = kChannelGroups * kChannelsPerThread;  // 32 or 64
+  static constexpr int kSlots = kThreads / kChannelGroups;                    // 16
 };
+
+// kWidth channels [c, c + valid) at p as float, zero where masked: one 16-byte
+// load of 4 fp32 or 8 fp16/bf16, or one 8-byte load of 4 fp16/bf16.
+template <typename T, int kWidth, bool kVec>
+__device__ __forceinline__ void load_channels_masked(const T* p, int valid, float (&v)[kWidth]) {
+  if constexpr (kWidth == 4) {
+    load4_masked<T, kVec>(p, valid, v);
+  } else {
+    static_assert(kWidth == Vec16<T>::kWidth, "8 channels per load is for fp16 and bf16");
+    load16_masked<T, kVec>(p, valid, v);
+  }
+}
 
 // Problem-derived values computed once on the host.
 struct BwdFilterGrid {
@@ -46,27 +61,27 @@ struct BwdFilterGrid {
 // Window invariant: at step k (ow = ow_begin + k), slot (kStride * k + t) % kTM holds
 // the input column of tap t. Each step loads the kStride columns that are new; with
 // the steps unrolled in chunks of kTM every slot index is a compile-time constant.
-template <typename T, int kTM, int kStride, bool kVec, bool kChecked>
-__device__ __forceinline__ void bwd_filter_row(float (&acc)[kTM][4], const T* __restrict__ x_row,
+template <typename T, int kWidth, int kTM, int kStride, bool kVec, bool kChecked>
+__device__ __forceinline__ void bwd_filter_row(float (&acc)[kTM][kWidth], const T* __restrict__ x_row,
                                                const T* __restrict__ dy_row, int64_t first_col,
                                                int64_t in_w, int64_t channels, int channels_valid,
                                                int64_t ow_begin, int64_t ow_end) {
   if (ow_begin >= ow_end) return;
-  float win[kTM][4];
+  float win[kTM][kWidth];
   const int64_t col0 = first_col + ow_begin * kStride;  // column of tap 0 at ow_begin
-  auto load_col = [&](float (&v)[4], int64_t col) {
+  auto load_col = [&](float (&v)[kWidth], int64_t col) {
     const bool inside = !kChecked || (col >= 0 && col < in_w);
-    load4_masked<T, kVec>(x_row + col * channels, inside ? channels_valid : 0, v);
+    load_channels_masked<T, kWidth, kVec>(x_row + col * channels, inside ? channels_valid : 0, v);
   };
   auto step = [&](int k, int64_t rel) {  // rel = ow - ow_begin; k = rel % kTM, static
 #pragma unroll
     for (int t = kTM - kStride; t < kTM; ++t) load_col(win[(kStride * k + t) % kTM], col0 + kStride * rel + t);
-    float g[4];
-    load4_masked<T, kVec>(dy_row + (ow_begin + rel) * channels, channels_valid, g);
+    float g[kWidth];
+    load_channels_masked<T, kWidth, kVec>(dy_row + (ow_begin + rel) * channels, channels_valid, g);
 #pragma unroll
     for (int t = 0; t < kTM; ++t)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) acc[t][i] = fmaf(win[(kStride * k + t) % kTM][i], g[i], acc[t][i]);
+      for (int i = 0; i < kWidth; ++i) acc[t][i] = fmaf(win[(kStride * k + t) % kTM][i], g[i], acc[t][i]);
   };
 
 #pragma unroll
@@ -86,14 +101,14 @@ __device__ __forceinline__ void bwd_filter_row(float (&acc)[kTM][4], const T* __
   });
 }
 
-template <typename T, int kTM, int kStride, bool kVec>
-__global__ void __launch_bounds__(BwdFilterTraits::kThreads, 4)
+template <typename T, int kWidth, int kTM, int kStride, bool kVec>
+__global__ void __launch_bounds__(BwdFilterTraits<kWidth>::kThreads, 4)
 dwconv_bwd_filter_split_kernel(const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ ws,
                                DwConvParams p, BwdFilterGrid g) {
-  using Tr = BwdFilterTraits;
+  using Tr = BwdFilterTraits<kWidth>;
   static_assert(kStride <= kTM, "the window must hold the columns one step loads");
   // Lane partials, summed by lane 0 of each tile in lane order (deterministic).
-  __shared__ float lane_sums[Tr::kSlots][Tr::kChannelGroups][kTM][4];
+  __shared__ float lane_sums[Tr::kSlots][Tr::kChannelGroups][kTM][kWidth];
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int group = lane % Tr::kChannelGroups;
@@ -103,9 +118,9 @@ dwconv_bwd_filter_split_kernel(const T* __restrict__ x, const T* __restrict__ dy
   const int64_t tile = int64_t(blockIdx.x) * g.tiles_per_block + tile_in_block;
   const int64_t kh = tile / g.kw_tiles;
   const int64_t kw0 = (tile % g.kw_tiles) * kTM;
-  const int64_t c0 = int64_t(blockIdx.y) * Tr::kBlockChannels + group * 4;
+  const int64_t c0 = int64_t(blockIdx.y) * Tr::kBlockChannels + group * kWidth;
   const int64_t channels_left = p.channels - c0;
-  const int channels_valid = channels_left <= 0 ? 0 : channels_left >= 4 ? 4 : int(channels_left);
+  const int channels_valid = channels_left <= 0 ? 0 : channels_left >= kWidth ? kWidth : int(channels_left);
   const bool active = row_lane < g.lanes && tile < g.tiles && channels_valid > 0;
 
   // Output columns whose kTM taps all read inside the image run unchecked. The range
@@ -121,11 +136,11 @@ dwconv_bwd_filter_split_kernel(const T* __restrict__ x, const T* __restrict__ dy
   lo = __reduce_max_sync(0xffffffffu, lo);
   hi = max(lo, int(__reduce_min_sync(0xffffffffu, unsigned(hi))));
 
-  float acc[kTM][4];
+  float acc[kTM][kWidth];
 #pragma unroll
   for (int t = 0; t < kTM; ++t)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[t][i] = 0.0f;
+    for (int i = 0; i < kWidth; ++i) acc[t][i] = 0.0f;
 
   const int64_t row_begin = int64_t(blockIdx.z) * g.rows_per_split;
   const int64_t row_end = min(row_begin + g.rows_per_split, g.rows);
@@ -136,11 +151,11 @@ dwconv_bwd_filter_split_kernel(const T* __restrict__ x, const T* __restrict__ dy
       if (ih < 0 || ih >= p.in_h) continue;
       const T* x_row = x + (n * p.in_h + ih) * p.in_w * p.channels + c0;
       const T* dy_row = dy + row * p.out_w * p.channels + c0;
-      bwd_filter_row<T, kTM, kStride, kVec, true>(acc, x_row, dy_row, first_col, p.in_w, p.channels,
+      bwd_filter_row<T, kWidth, kTM, kStride, kVec, true>(acc, x_row, dy_row, first_col, p.in_w, p.channels,
                                                   channels_valid, 0, lo);
-      bwd_filter_row<T, kTM, kStride, kVec, false>(acc, x_row, dy_row, first_col, p.in_w, p.channels,
+      bwd_filter_row<T, kWidth, kTM, kStride, kVec, false>(acc, x_row, dy_row, first_col, p.in_w, p.channels,
                                                    channels_valid, lo, hi);
-      bwd_filter_row<T, kTM, kStride, kVec, true>(acc, x_row, dy_row, first_col, p.in_w, p.channels,
+      bwd_filter_row<T, kWidth, kTM, kStride, kVec, true>(acc, x_row, dy_row, first_col, p.in_w, p.channels,
                                                   channels_valid, hi, p.out_w);
     }
   }
@@ -149,7 +164,7 @@ dwconv_bwd_filter_split_kernel(const T* __restrict__ x, const T* __restrict__ dy
 #pragma unroll
     for (int t = 0; t < kTM; ++t)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) lane_sums[slot][group][t][i] = acc[t][i];
+      for (int i = 0; i < kWidth; ++i) lane_sums[slot][group][t][i] = acc[t][i];
     __syncthreads();
     if (row_lane == 0) {
       for (int l = 1; l < g.lanes; ++l) {
@@ -157,7 +172,7 @@ dwconv_bwd_filter_split_kernel(const T* __restrict__ x, const T* __restrict__ dy
 #pragma unroll
         for (int t = 0; t < kTM; ++t)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) acc[t][i] += lane_sums[other][group][t][i];
+          for (int i = 0; i < kWidth; ++i) acc[t][i] += lane_sums[other][group][t][i];
       }
     }
   }
@@ -171,13 +186,15 @@ dwconv_bwd_filter_split_kernel(const T* __restrict__ x, const T* __restrict__ dy
     float* dst = ws + slice + (kh * p.kernel_w + kw) * p.channels + c0;
     if (g.atomic) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+      for (int i = 0; i < kWidth; ++i)
         if (i < channels_valid) atomicAdd(dst + i, acc[t][i]);
     } else if (kVec) {
-      *reinterpret_cast<float4*>(dst) = make_float4(acc[t][0], acc[t][1], acc[t][2], acc[t][3]);
+#pragma unroll
+      for (int i = 0; i < kWidth; i += 4)
+        *reinterpret_cast<float4*>(dst + i) = make_float4(acc[t][i], acc[t][i + 1], acc[t][i + 2], acc[t][i + 3]);
     } else {
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+      for (int i = 0; i < kWidth; ++i)
         if (i < channels_valid) dst[i] = acc[t][i];
     }
   }

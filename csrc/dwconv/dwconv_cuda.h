@@ -35,8 +35,17 @@ template <typename T>
 cudaError_t run_dwconv_bwd_data(const DwConvParams& p, const T* dy, const T* w, T* dx,
                                 cudaStream_t stream);
 
-// Bytes of fp32 workspace run_dwconv_bwd_filter needs (0 when it needs none).
-int64_t bwd_filter_workspace_bytes(const DwConvParams& p, bool deterministic);
+// The split filter-gradient kernel's tiling: channels per thread (4, or 8 for
+// fp16/bf16 in 16-byte loads) and filter taps per thread.
+struct BwdFilterTiling {
+  int width;
+  int tm;
+};
+BwdFilterTiling bwd_filter_tiling(const DwConvParams& p, bool half_precision);
+
+// Bytes of fp32 workspace run_dwconv_bwd_filter needs (0 when it needs none);
+// `half_precision`: x and dy are fp16 or bf16, whose kernels take wider channel blocks.
+int64_t bwd_filter_workspace_bytes(const DwConvParams& p, bool deterministic, bool half_precision);
 
 // dw from x and dy, accumulated in fp32. Stride_w 1 or 2 with dilation_w 1 runs the
 // split kernel (bwd_filter_split.cuh): chunk partials merged by atomicAdd into

@@ -88,7 +88,7 @@ ffi::Error DwConvBwdFilterCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::A
   if (ffi::Error err = make_params(ConvPass::kBackwardFilter, x, dy, *dw, geometry, &p); err.failure()) {
     return err;
   }
-  const int64_t needed = bwd_filter_workspace_bytes(p, deterministic);
+  const int64_t needed = bwd_filter_workspace_bytes(p, deterministic, x.element_type() != ffi::DataType::F32);
   if (workspace->element_type() != ffi::DataType::F32 || int64_t(workspace->size_bytes()) < needed) {
     return ffi::Error::InvalidArgument(std::string(pass_name(ConvPass::kBackwardFilter)) +
                                        ": the workspace must be float32 of at least " + std::to_string(needed) +

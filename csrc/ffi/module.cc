@@ -1,6 +1,7 @@
 // The native module `_jax_flashdwc`: hands the FFI handlers to Python as capsules,
 // grouped by platform, and exposes the output-poisoning switch used by the tests.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/pair.h>
 
 #include <type_traits>
 
@@ -81,7 +82,7 @@ NB_MODULE(_jax_flashdwc, m) {
   m.def(
       "cuda_bwd_filter_workspace_bytes",
       [](int64_t batch, int64_t out_h, int64_t channels, int64_t kernel_h, int64_t kernel_w, int64_t stride_w,
-         int64_t dilation_w, bool deterministic) {
+         int64_t dilation_w, bool deterministic, bool half_precision) {
         flashdwc::DwConvParams p{};
         p.batch = batch;
         p.out_h = out_h;
@@ -90,9 +91,20 @@ NB_MODULE(_jax_flashdwc, m) {
         p.kernel_w = kernel_w;
         p.stride_w = stride_w;
         p.dilation_w = dilation_w;
-        return flashdwc::bwd_filter_workspace_bytes(p, deterministic);
+        return flashdwc::bwd_filter_workspace_bytes(p, deterministic, half_precision);
       },
       nb::arg("batch"), nb::arg("out_h"), nb::arg("channels"), nb::arg("kernel_h"), nb::arg("kernel_w"),
-      nb::arg("stride_w"), nb::arg("dilation_w"), nb::arg("deterministic"));
+      nb::arg("stride_w"), nb::arg("dilation_w"), nb::arg("deterministic"), nb::arg("half_precision"));
+  // (channels per thread, taps per thread) of the filter-gradient split kernel, for
+  // the dispatch tests.
+  m.def(
+      "cuda_bwd_filter_tiling",
+      [](int64_t kernel_w, bool half_precision) {
+        flashdwc::DwConvParams p{};
+        p.kernel_w = kernel_w;
+        const flashdwc::BwdFilterTiling t = flashdwc::bwd_filter_tiling(p, half_precision);
+        return std::make_pair(t.width, t.tm);
+      },
+      nb::arg("kernel_w"), nb::arg("half_precision"));
 #endif
 }
