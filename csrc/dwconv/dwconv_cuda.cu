@@ -281,6 +281,13 @@ namespace {
 // channels, so it takes TM 3 or 4 for the registers of width 4's 6 or 8.
 constexpr int kBwdFilterTmWidth4[] = {8, 7, 5, 4};
 constexpr int kBwdFilterTmWidth8[] = {4, 3};
+// Width 1 holds a quarter of width 4's registers per tap, so its TMs reach 16; the
+// four fit the common widths: 9 -> 9, 13 -> 13, 17 -> 9 (18 taps), 21 -> 11,
+// 27 -> 9, 29 and 31 -> 16 (32), 51 -> 13 (52), 63 -> 16 (64).
+constexpr int kBwdFilterTmWidth1[] = {16, 13, 11, 9};
+// The narrowest filter that takes width 1. Not yet measured (branch
+// wip/bwd-filter-lane): the A/B in benchmarks/cuda/time_bwd_filter.cu sets it.
+constexpr int64_t kBwdFilterLaneMinKernelW = 9;
 
 template <size_t kCount>
 int bwd_filter_best_tm(const DwConvParams& p, const int (&candidates)[kCount]) {
@@ -304,6 +311,7 @@ int64_t bwd_filter_taps_computed(const DwConvParams& p, int tm) { return (p.kern
 // 5.74 -> 6.95. So the wider load wins when the tiles waste nothing more, and one
 // wasted tap in 5 to 7 costs more than it gains.
 BwdFilterTiling bwd_filter_tiling(const DwConvParams& p, bool half_precision) {
+  if (p.kernel_w >= kBwdFilterLaneMinKernelW) return {1, bwd_filter_best_tm(p, kBwdFilterTmWidth1)};
   const BwdFilterTiling narrow{4, bwd_filter_best_tm(p, kBwdFilterTmWidth4)};
   if (!half_precision) return narrow;
   const BwdFilterTiling wide{8, bwd_filter_best_tm(p, kBwdFilterTmWidth8)};
@@ -332,8 +340,9 @@ BwdFilterGrid make_bwd_filter_grid(const DwConvParams& p, const BwdFilterTiling&
   const int tm = tiling.tm;
   const int64_t block_channels =
       tiling.width == 8 ? BwdFilterTraits<8>::kBlockChannels : BwdFilterTraits<4>::kBlockChannels;
-  constexpr int kSlots = BwdFilterTraits<4>::kSlots;
-  static_assert(kSlots == BwdFilterTraits<8>::kSlots, "both widths have 16 slots");
+  static_assert(BwdFilterTraits<1>::kBlockChannels == BwdFilterTraits<4>::kBlockChannels);
+  const int kSlots = tiling.width == 1 ? BwdFilterTraits<1>::kSlots : BwdFilterTraits<4>::kSlots;
+  static_assert(BwdFilterTraits<4>::kSlots == BwdFilterTraits<8>::kSlots, "widths 4 and 8 have 16 slots");
   BwdFilterGrid g;
   g.kw_tiles = (p.kernel_w + tm - 1) / tm;
   g.tiles = p.kernel_h * g.kw_tiles;
@@ -371,6 +380,10 @@ cudaError_t launch_bwd_filter_split(const DwConvParams& p, const BwdFilterGrid& 
 template <typename T, int kWidth, int kTM>
 cudaError_t launch_bwd_filter_split_tm(const DwConvParams& p, const BwdFilterGrid& g, const T* x, const T* dy,
                                        float* ws, cudaStream_t stream) {
+  if constexpr (kWidth == 1) {  // one element per lane: no vector variant
+    return p.stride_w == 1 ? launch_bwd_filter_split<T, kWidth, kTM, 1, false>(p, g, x, dy, ws, stream)
+                           : launch_bwd_filter_split<T, kWidth, kTM, 2, false>(p, g, x, dy, ws, stream);
+  }
   constexpr size_t kLoadBytes = kWidth * sizeof(T);
   const bool vec =
       p.channels % kWidth == 0 && aligned(x, kLoadBytes) && aligned(dy, kLoadBytes) && aligned(ws, 16);
@@ -386,6 +399,14 @@ template <typename T>
 cudaError_t launch_bwd_filter_split_tiling(const DwConvParams& p, const BwdFilterTiling& tiling,
                                            const BwdFilterGrid& g, const T* x, const T* dy, float* ws,
                                            cudaStream_t stream) {
+  if (tiling.width == 1) {
+    switch (tiling.tm) {
+      case 9: return launch_bwd_filter_split_tm<T, 1, 9>(p, g, x, dy, ws, stream);
+      case 11: return launch_bwd_filter_split_tm<T, 1, 11>(p, g, x, dy, ws, stream);
+      case 13: return launch_bwd_filter_split_tm<T, 1, 13>(p, g, x, dy, ws, stream);
+      default: return launch_bwd_filter_split_tm<T, 1, 16>(p, g, x, dy, ws, stream);
+    }
+  }
   if constexpr (!std::is_same_v<T, float>) {
     if (tiling.width == 8) {
       return tiling.tm == 3 ? launch_bwd_filter_split_tm<T, 8, 3>(p, g, x, dy, ws, stream)
