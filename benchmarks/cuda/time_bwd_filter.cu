@@ -4,7 +4,7 @@
 // a fixed 512 MiB, so that one harness builds against any version of the launcher.
 // Build (from the repository root) and run:
 //   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc \
-//        benchmarks/cuda/time_bwd_filter.cu csrc/dwconv/dwconv_cuda.cu csrc/dwconv/fwd_mma.cu -o time_bwd_filter
+//        benchmarks/cuda/time_bwd_filter.cu csrc/dwconv/bwd_filter_cuda*.cu -o time_bwd_filter
 //   ./time_bwd_filter <tag>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
