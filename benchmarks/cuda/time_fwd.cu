@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <random>
 #include <type_traits>
+#include <utility>
 #include <vector>
 #include "dwconv/dwconv_cuda.h"
 #include "fill_uniform.cuh"
@@ -68,6 +69,11 @@ int main(int argc, char** argv) {
   for (int k : {3, 5}) point<__nv_bfloat16>(tag, 128, 128, 128, 128, k, 1);
   for (int k : {3, 5}) point<__nv_bfloat16>(tag, 128, 32, 32, 1024, k, 1);
   for (int k : {3, 5}) point<__half>(tag, 128, 64, 64, 256, k, 1);
+  // ConvNeXt-T's depthwise layers in bf16 (k = 7: tensor cores, or the row-stream
+  // kernel in a build with kMmaMinKernelW raised).
+  for (auto [h, c] : {std::pair{56, 96}, {28, 192}, {14, 384}, {7, 768}}) {
+    point<__nv_bfloat16>(tag, 128, h, h, c, 7, 1);
+  }
   point<__nv_bfloat16>(tag, 128, 112, 112, 96, 3, 2);
   point<__nv_bfloat16>(tag, 128, 56, 56, 144, 3, 2);
   point<__nv_bfloat16>(tag, 128, 28, 28, 192, 3, 2);
