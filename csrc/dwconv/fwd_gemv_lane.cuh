@@ -8,9 +8,9 @@
 // 16-byte shared load (4 quarter-warp phases) for 32 FMAs per thread, so the
 // load/store pipe is as busy as the FMA pipe (docs/perf-notes.md, GEMV v2). Here a
 // tap costs one 4-byte global load and one 4-byte shared load, one 128-byte
-// wavefront each per warp, for kTM = 16 FMAs: a quarter of the load traffic per
-// FMA, and half the bytes per FMA from L1 and L2 (kTM + KW - 1 inputs per kTM x KW
-// FMAs instead of 8 + KW - 1 per 8 x KW).
+// wavefront each per warp, for kTM = 16 FMAs: half the load-pipe work and half the
+// input bytes per FMA (kTM + KW - 1 inputs per kTM x KW FMAs instead of 8 + KW - 1
+// per 8 x KW).
 //
 // Block: 4 warps, one output row each, 32 channels (a lane each) x kTM columns.
 // The 4 rows are consecutive and share their columns, so the warps need the same
