@@ -5,9 +5,13 @@ For each problem, both implementations are jitted, checked against each other
 median over at least --samples timed samples, each the mean of a few calls
 launched back to back (so host dispatch overlaps device work), on random data
 rotated among enough copies to defeat the L2 cache. Writes a CSV with
-provenance under --out and prints a table last.
+provenance under --out and prints a table last. --resume CSV appends to an
+earlier run's CSV and skips the points it holds, so a run longer than one call on
+the GPU machine goes on across calls (keep the CSV in build/, which a warm machine
+keeps, and copy it to $OUT after each call).
 
   python benchmarks/bench_dwconv.py --mode fwd --dtype float32 --shapes paper models
+  python benchmarks/bench_dwconv.py --dtype bfloat16 --shapes paper --resume build/bench/bf16.csv
 """
 
 from __future__ import annotations
@@ -164,6 +168,8 @@ def main(argv=None):
   parser.add_argument("--samples", type=int, default=20)
   parser.add_argument("--out", default="benchmarks/results")
   parser.add_argument("--tag", default="", help="suffix of the CSV file name")
+  parser.add_argument("--resume", default=None, metavar="CSV",
+                      help="append to this CSV from an earlier run, skipping the points it already holds")
   parser.add_argument("--skip-xla", action="store_true",
                       help="time jax_flashdwc only (while tuning; published results always include XLA)")
   args = parser.parse_args(argv)
@@ -180,10 +186,19 @@ def main(argv=None):
             "flashdwc_tflops", "xla_tflops", "flashdwc_gbs", "speedup", "rel_err", "gate", "reps",
             "gpu", "driver", "jax_version", "commit", "date"]
   rows = []
+  # A run cut short (a time limit on the GPU machine) goes on where it stopped: the
+  # points already in the CSV are kept for the summary and not timed again.
+  if args.resume:
+    path = args.resume
+    if os.path.exists(path):
+      with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+  done = {(r["mode"], r["dtype"], r["case"]) for r in rows}
   key = jax.random.key(int.from_bytes(os.urandom(4), "little"))
-  with open(path, "w", newline="") as f:
+  with open(path, "a" if rows else "w", newline="") as f:
     writer = csv.DictWriter(f, fieldnames=fields)
-    writer.writeheader()
+    if not rows:
+      writer.writeheader()
     for mode in args.mode:
       for dtype_name in args.dtype:
         dtype = jnp.dtype(dtype_name)
@@ -191,6 +206,8 @@ def main(argv=None):
         # comparison is refused: fp32 sums differ in order; half types round once.
         gate_tol = (1e-4 if mode == "fwd" else 1e-3) if dtype == jnp.float32 else 2e-2
         for case in cases:
+          if (mode, dtype_name, case.name) in done:
+            continue
           kwargs = dict(strides=case.strides, padding=case.padding, kernel_dilation=case.dilation)
           ours, xla = make_fn(mode, None, kwargs), make_fn(mode, "xla", kwargs)
           y_shape = jax.eval_shape(partial(depthwise_conv2d, **kwargs),
