@@ -1,5 +1,5 @@
-// U(-1, 1) data for the kernel-level timing harnesses, filled on the device from a
-// hash of the index and a seed (no host copy of the tensors).
+// U(-1, 1) data for the kernel-level timing harnesses and tests/cuda/check_fwd_mma.cu,
+// filled on the device from a hash of the index and a seed (no host copy).
 #pragma once
 
 #include <cstdint>

@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../../benchmarks/cuda/fill_uniform.cuh"
 #include "dwconv/fwd_mma.h"
 
 using flashdwc::DwConvParams;
@@ -161,15 +162,6 @@ bool run_shape(const Shape& s, std::mt19937& rng, int64_t samples) {
               std::is_same_v<T, __half> ? "f16" : "bf16", ok ? "ok  " : "FAIL", (long long)checked, (long long)bad,
               worst);
   return ok;
-}
-
-template <typename T>
-__global__ void fill_uniform(T* p, int64_t n, unsigned seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    unsigned h = unsigned(i) * 2654435761u ^ seed;
-    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
-    p[i] = T(float(h) * (2.0f / 4294967296.0f) - 1.0f);
-  }
 }
 
 // Median time of launch_fwd_mma over 20 calls after 3 warm-up calls, on random bf16.
