@@ -55,8 +55,8 @@ int main(int argc, char** argv) {
   for (int k : {5, 7}) point<float>(tag, 128, 32, 32, 1024, k, 1);
   point<float>(tag, 128, 112, 112, 96, 3, 2);
   point<float>(tag, 128, 56, 56, 144, 3, 2);
-  // The lane GEMV kernel's range (fp32, KW >= 9): the paper's other k, the other
-  // RepLKNet-31B layers (Wo 28, 14, 7 take TM 8).
+  // fp32 from KW = 9 (the GEMV kernel): the paper's other k and the other
+  // RepLKNet-31B layers.
   for (int k : {9, 17, 21}) point<float>(tag, 128, 64, 64, 256, k, 1);
   for (int k : {9, 51}) point<float>(tag, 128, 128, 128, 128, k, 1);
   point<float>(tag, 128, 28, 28, 256, 29, 1);

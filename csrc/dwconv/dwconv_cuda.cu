@@ -7,7 +7,6 @@
 #include "dwconv/direct_kernels.cuh"
 #include "dwconv/dwconv_cuda.h"
 #include "dwconv/fwd_gemv.cuh"
-#include "dwconv/fwd_gemv_lane.cuh"
 #include "dwconv/fwd_mma.h"
 #include "dwconv/fwd_rowstream.cuh"
 #include "dwconv/launch_helpers.cuh"
@@ -85,65 +84,6 @@ cudaError_t launch_fwd_gemv_stride(const DwConvParams& p, const T* x, const T* w
              : launch_fwd_gemv<T, kStride, false, false>(p, x, w, y, stream, epilogue, prologue);
 }
 
-// Lane GEMV kernel (fwd_gemv_lane.cuh) sizes. Outputs per thread: 16, or 8 where
-// rounding Wo up to 16 would leave more than 1/8 of the outputs idle (56 -> 64,
-// 28 -> 32, 7 -> 16). Register caps, from ptxas at zero spill: TM 16 fits 96
-// registers (5 blocks of 128 threads per SM; at 80 it spilled 64 bytes), TM 8 fits
-// 80 (6 blocks; at 64 it spilled 16).
-template <int kTM>
-struct GemvLaneConfig;
-template <>
-struct GemvLaneConfig<16> {
-  static constexpr int kMinBlocksPerSM = 5;
-};
-template <>
-struct GemvLaneConfig<8> {
-  static constexpr int kMinBlocksPerSM = 6;
-};
-// Filters 3 to 7 wide go to the row-stream kernel; the lane kernel takes fp32 from
-// 9 wide, where the GEMV kernel's load pipe limits it, up to rows that fit one
-// 16 KiB shared-memory stage (128 taps x 32 channels x 4 bytes).
-constexpr int64_t kGemvLaneMinKernelW = 9;
-constexpr int64_t kGemvLaneStageBytes = 16 * 1024;
-constexpr int64_t kGemvLaneMaxKernelW =
-    kGemvLaneStageBytes / (GemvLaneTraits::kBlockChannels * int64_t(sizeof(float)));
-
-int gemv_lane_tm(const DwConvParams& p) {
-  const int64_t padded = (p.out_w + 15) / 16 * 16;
-  return (padded - p.out_w) * 8 <= p.out_w ? 16 : 8;
-}
-
-template <int kTM>
-cudaError_t launch_fwd_gemv_lane(const DwConvParams& p, const float* x, const float* w, float* y,
-                                 cudaStream_t stream, const FwdEpilogue& epilogue) {
-  using Tr = GemvLaneTraits;
-  GemvLaneGrid grid;
-  grid.segments_per_row = (p.out_w + kTM - 1) / kTM;
-  grid.rows = p.batch * p.out_h;
-  const int64_t row_bytes = p.kernel_w * Tr::kBlockChannels * int64_t(sizeof(float));
-  grid.rows_per_stage = std::clamp<int64_t>(kGemvLaneStageBytes / row_bytes, 1, p.kernel_h);
-  const int64_t row_groups = (grid.rows + Tr::kRowsPerBlock - 1) / Tr::kRowsPerBlock;
-  const dim3 blocks(unsigned(row_groups * grid.segments_per_row),
-                    unsigned((p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels));
-  // Two stages of at most 16 KiB: within the 48 KiB a launch gets without opting in.
-  const size_t smem = 2 * size_t(grid.rows_per_stage * row_bytes);
-  dwconv_fwd_gemv_lane_kernel<kTM, GemvLaneConfig<kTM>::kMinBlocksPerSM>
-      <<<blocks, Tr::kThreads, smem, stream>>>(x, w, y, p, grid, epilogue);
-  return cudaGetLastError();
-}
-
-// Whether the lane GEMV kernel takes the problem (with a prologue the GEMV kernel
-// runs instead).
-bool gemv_lane_supports(const DwConvParams& p, bool half_precision) {
-  using Tr = GemvLaneTraits;
-  const int64_t most_segments = (p.out_w + 7) / 8;  // at TM 8
-  const int64_t row_groups = (p.batch * p.out_h + Tr::kRowsPerBlock - 1) / Tr::kRowsPerBlock;
-  return !half_precision && p.stride_w == 1 && p.dilation_w == 1 && p.kernel_w >= kGemvLaneMinKernelW &&
-         p.kernel_w <= kGemvLaneMaxKernelW &&
-         (p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels <= 65535 &&
-         row_groups * most_segments <= INT32_MAX;
-}
-
 // Row-stream kernel sizes. Outputs per thread: 4 (64-column strips), or 2 where
 // the output is at most 32 wide, so that narrow images do not leave half of every
 // strip idle. Blocks: enough for several waves on an H200 (132 SMs, up to 4
@@ -210,7 +150,6 @@ constexpr int64_t kMmaMinKernelW = 7;
 FwdKernel select_fwd_kernel(const DwConvParams& p, bool half_precision) {
   if (half_precision && p.kernel_w >= kMmaMinKernelW && fwd_mma_supports(p)) return FwdKernel::kMma;
   if (rowstream_supports(p, half_precision)) return FwdKernel::kRowStream;
-  if (gemv_lane_supports(p, half_precision)) return FwdKernel::kGemvLane;
   // Grid limits of the GEMV kernel, checked for the most blocks either storage type
   // launches: fp32's 32-channel blocks along y, the half types' smaller TM along x.
   using Tr = GemvFwdTraits<float>;
@@ -232,12 +171,6 @@ cudaError_t run_dwconv_fwd(const DwConvParams& p, const T* x, const T* w, T* y, 
     if (kernel == FwdKernel::kMma) return launch_fwd_mma(p, x, w, y, stream, epilogue, prologue);
   }
   if (kernel == FwdKernel::kDirect) return launch_fwd_direct(p, x, w, y, stream, epilogue, prologue);
-  if constexpr (std::is_same_v<T, float>) {
-    if (kernel == FwdKernel::kGemvLane && !prologue.active()) {
-      return gemv_lane_tm(p) == 16 ? launch_fwd_gemv_lane<16>(p, x, w, y, stream, epilogue)
-                                   : launch_fwd_gemv_lane<8>(p, x, w, y, stream, epilogue);
-    }
-  }
   if (kernel == FwdKernel::kRowStream && !prologue.active() && aligned(x, 16) && aligned(w, 16) && aligned(y, 16)) {
     return p.out_w <= kRowStreamNarrowWidth ? launch_fwd_rowstream_width<T, 2>(p, x, w, y, stream, epilogue)
                                             : launch_fwd_rowstream_width<T, 4>(p, x, w, y, stream, epilogue);

@@ -17,8 +17,6 @@ enum class FwdKernel {
   kMma,     // fwd_mma.cuh: fp16/bf16, stride 1, dilation 1, KW >= 7 (fwd_mma_supports)
   kRowStream,  // fwd_rowstream.cuh: stride 1, dilation 1, KW 3/5/7, KH <= 9, C a multiple of 4 (fp32)
                // or 8 (half); with a prologue or unaligned buffers the GEMV kernel runs instead
-  kGemvLane,  // fwd_gemv_lane.cuh: fp32, stride_w 1, dilation_w 1, 9 <= KW <= 128; with a prologue the
-              // GEMV kernel runs instead
   kGemv,    // fwd_gemv.cuh: stride_w 1 or 2, dilation_w 1, KW <= 512
   kDirect,  // direct_kernels.cuh: anything
 };

@@ -68,7 +68,6 @@ NB_MODULE(_jax_flashdwc, m) {
         switch (flashdwc::select_fwd_kernel(p, half_precision)) {
           case flashdwc::FwdKernel::kMma: return "mma";
           case flashdwc::FwdKernel::kRowStream: return "rowstream";
-          case flashdwc::FwdKernel::kGemvLane: return "gemv_lane";
           case flashdwc::FwdKernel::kGemv: return "gemv";
           case flashdwc::FwdKernel::kDirect: return "direct";
         }
