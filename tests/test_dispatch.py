@@ -1,6 +1,6 @@
 """The CUDA dispatcher sends each test shape to the kernel we expect, so that the
-numerical tests exercise the row-stream kernel, the lane GEMV kernel, the tiled
-GEMV kernel and the direct fallback."""
+numerical tests exercise the row-stream kernel, the tiled GEMV kernel and the
+direct fallback."""
 
 import pytest
 
@@ -14,8 +14,6 @@ def expected_forward_kernel(case):
   dh, dw = pair(case.dilation)
   if (sh, sw, dh, dw) == (1, 1, 1, 1) and case.kw in (3, 5, 7) and case.kh <= 9 and case.c % 4 == 0:
     return "rowstream"
-  if sw == 1 and dw == 1 and 9 <= case.kw <= 128:  # the tests' dtype here is fp32
-    return "gemv_lane"
   return "gemv" if sw in (1, 2) and dw == 1 and case.kw <= 512 else "direct"
 
 
@@ -34,15 +32,13 @@ def test_forward_dispatch_covers_every_kernel():
     kernel = _pick(native, case)
     assert kernel == expected_forward_kernel(case), case.name
     chosen.setdefault(kernel, []).append(case.name)
-  assert (len(chosen.get("rowstream", [])) >= 5 and len(chosen.get("gemv_lane", [])) >= 5
-          and len(chosen.get("gemv", [])) >= 5 and len(chosen.get("direct", [])) >= 3), chosen
+  assert (len(chosen.get("rowstream", [])) >= 5 and len(chosen.get("gemv", [])) >= 10
+          and len(chosen.get("direct", [])) >= 3), chosen
 
 
 @pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
 def test_forward_dispatch_limits():
   native = _ffi._jax_flashdwc
-  assert native.cuda_forward_kernel(channels=64, out_w=64, kernel_w=128, stride_w=1, dilation_w=1) == "gemv_lane"
-  assert native.cuda_forward_kernel(channels=64, out_w=64, kernel_w=129, stride_w=1, dilation_w=1) == "gemv"
   assert native.cuda_forward_kernel(channels=64, out_w=64, kernel_w=512, stride_w=1, dilation_w=1) == "gemv"
   assert native.cuda_forward_kernel(channels=64, out_w=64, kernel_w=513, stride_w=1, dilation_w=1) == "direct"
   assert native.cuda_forward_kernel(channels=64, out_w=64, kernel_w=7, stride_w=3, dilation_w=1) == "direct"
@@ -65,7 +61,7 @@ def test_half_precision_forward_goes_to_tensor_cores_from_k7():
   assert pick(7) == pick(31) == pick(63) == "mma"
   assert pick(3) == pick(5) == pick(7, half=False) == "rowstream"
   assert pick(3, sw=2) == pick(7, sw=2) == "gemv"
-  assert pick(31, half=False) == "gemv_lane"
+  assert pick(31, half=False) == "gemv"
 
 
 @pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
@@ -85,15 +81,17 @@ def test_filter_gradient_workspace_is_whole_fp32_slices(half_precision):
 @pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
 def test_filter_gradient_tiling():
   tiling = _ffi._jax_flashdwc.cuda_bwd_filter_tiling
-  # Below 9 taps: 16-byte half loads where no tap is wasted, else 4 channels.
+  # fp16/bf16: 16-byte loads (width 8) where they waste no more taps, else 4 channels.
   assert tiling(3, half_precision=True) == (8, 3)  # 3 taps against width 4's TM 4
   assert tiling(5, half_precision=True) == (4, 5)  # width 8 would compute 6
   assert tiling(7, half_precision=True) == (4, 7)
+  assert tiling(9, half_precision=True) == (8, 3)
+  assert tiling(13, half_precision=True) == (4, 7)  # width 8 would compute 16
+  assert tiling(31, half_precision=True) == (8, 4)  # 32 taps either way
+  # fp32: one channel per lane from 9 taps, TM 9 to 16.
   assert tiling(3, half_precision=False) == (4, 4)
-  # From 9 taps: one channel per lane, TM 9 to 16, either precision.
-  for half in (False, True):
-    assert tiling(9, half_precision=half) == (1, 9)
-    assert tiling(13, half_precision=half) == (1, 13)
-    assert tiling(17, half_precision=half) == (1, 9)
-    assert tiling(31, half_precision=half) == (1, 16)
-    assert tiling(51, half_precision=half) == (1, 13)
+  assert tiling(8, half_precision=False) == (4, 8)
+  assert tiling(9, half_precision=False) == (1, 9)
+  assert tiling(17, half_precision=False) == (1, 9)  # 18 taps
+  assert tiling(31, half_precision=False) == (1, 16)
+  assert tiling(51, half_precision=False) == (1, 13)  # 52 taps

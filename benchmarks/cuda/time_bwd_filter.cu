@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   for (int k : {3, 7}) point<__nv_bfloat16>(tag, ws, 128, 32, 32, 1024, k);
   for (int k : {3, 7}) point<__half>(tag, ws, 128, 64, 64, 256, k);
   for (int k : {3, 7, 31}) point<float>(tag, ws, 128, 64, 64, 256, k);
-  // Where the one-channel-per-lane tiling takes over (KW >= 9), fp32.
+  // fp32 from KW = 9, where one channel per lane competes with width 4.
   for (int k : {9, 13, 17, 21, 51}) point<float>(tag, ws, 128, 64, 64, 256, k);
   point<float>(tag, ws, 128, 128, 128, 128, 31);
   cudaFree(ws);

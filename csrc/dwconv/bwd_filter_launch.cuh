@@ -100,15 +100,16 @@ template <typename T>
 cudaError_t launch_bwd_filter_split_tiling(const DwConvParams& p, const BwdFilterTiling& tiling,
                                            const BwdFilterGrid& g, const T* x, const T* dy, float* ws,
                                            cudaStream_t stream) {
-  if (tiling.width == 1) {
-    switch (tiling.tm) {
-      case 9: return launch_bwd_filter_split_tm<T, 1, 9>(p, g, x, dy, ws, stream);
-      case 11: return launch_bwd_filter_split_tm<T, 1, 11>(p, g, x, dy, ws, stream);
-      case 13: return launch_bwd_filter_split_tm<T, 1, 13>(p, g, x, dy, ws, stream);
-      default: return launch_bwd_filter_split_tm<T, 1, 16>(p, g, x, dy, ws, stream);
+  if constexpr (std::is_same_v<T, float>) {  // width 1 is fp32's alone (bwd_filter_tiling)
+    if (tiling.width == 1) {
+      switch (tiling.tm) {
+        case 9: return launch_bwd_filter_split_tm<T, 1, 9>(p, g, x, dy, ws, stream);
+        case 11: return launch_bwd_filter_split_tm<T, 1, 11>(p, g, x, dy, ws, stream);
+        case 13: return launch_bwd_filter_split_tm<T, 1, 13>(p, g, x, dy, ws, stream);
+        default: return launch_bwd_filter_split_tm<T, 1, 16>(p, g, x, dy, ws, stream);
+      }
     }
-  }
-  if constexpr (!std::is_same_v<T, float>) {
+  } else {
     if (tiling.width == 8) {
       return tiling.tm == 3 ? launch_bwd_filter_split_tm<T, 8, 3>(p, g, x, dy, ws, stream)
                             : launch_bwd_filter_split_tm<T, 8, 4>(p, g, x, dy, ws, stream);
