@@ -73,6 +73,13 @@ TEST_CASES = [
     ConvCase("rows_k7_c24_asym", 1, 20, 30, 24, 7, 7, padding=((1, 5), (6, 0))),
     ConvCase("rows_k9x5_c16", 2, 18, 20, 16, 9, 5),
     ConvCase("rows_k3_pad4_c8", 1, 17, 12, 8, 3, 3, padding=4),
+    # Height stride and dilation with a 9-wide filter, a ragged second channel block
+    # (40 = 32 + 8), and a 17-wide filter with 1 valid channel in its second block
+    # (the fp32 filter gradient's one-channel-per-lane tiles, TM 9 both).
+    ConvCase("k11x9_s2x1_d2x1", 2, 23, 41, 40, 11, 9, strides=(2, 1), dilation=(2, 1)),
+    ConvCase("k5x17_w100_c33", 1, 9, 100, 33, 5, 17),
+    # An 8-wide filter: the fp32 filter gradient's width 4 at TM 8, its only user.
+    ConvCase("k3x8_c12", 1, 10, 19, 12, 3, 8),
     # Filter rows wider than one 16 KiB shared-memory stage: one row per stage and
     # more than 48 KiB of dynamic shared memory (fp32), so the launch raises the limit.
     ConvCase("wide_k3x200", 1, 4, 203, 8, 3, 200),

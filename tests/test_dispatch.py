@@ -79,12 +79,19 @@ def test_filter_gradient_workspace_is_whole_fp32_slices(half_precision):
 
 
 @pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
-def test_filter_gradient_tiling_takes_16_byte_half_loads_where_no_tap_is_wasted():
+def test_filter_gradient_tiling():
   tiling = _ffi._jax_flashdwc.cuda_bwd_filter_tiling
+  # fp16/bf16: 16-byte loads (width 8) where they waste no more taps, else 4 channels.
   assert tiling(3, half_precision=True) == (8, 3)  # 3 taps against width 4's TM 4
-  assert tiling(31, half_precision=True) == (8, 4)  # 32 taps either way
   assert tiling(5, half_precision=True) == (4, 5)  # width 8 would compute 6
   assert tiling(7, half_precision=True) == (4, 7)
-  assert tiling(13, half_precision=True) == (4, 7)
+  assert tiling(9, half_precision=True) == (8, 3)
+  assert tiling(13, half_precision=True) == (4, 7)  # width 8 would compute 16
+  assert tiling(31, half_precision=True) == (8, 4)  # 32 taps either way
+  # fp32: one channel per lane from 9 taps, TM 9 to 16.
   assert tiling(3, half_precision=False) == (4, 4)
-  assert tiling(31, half_precision=False) == (4, 8)
+  assert tiling(8, half_precision=False) == (4, 8)
+  assert tiling(9, half_precision=False) == (1, 9)
+  assert tiling(17, half_precision=False) == (1, 9)  # 18 taps
+  assert tiling(31, half_precision=False) == (1, 16)
+  assert tiling(51, half_precision=False) == (1, 13)  # 52 taps

@@ -21,6 +21,7 @@ CASES = [
     ConvCase("k7", 1, 16, 40, 16, 7, 7),
     ConvCase("k13_s2", 1, 20, 30, 8, 13, 13, strides=2),
     ConvCase("k9_d2", 1, 21, 25, 8, 9, 9, dilation=2),
+    ConvCase("k11", 1, 14, 40, 8, 11, 11),  # fp32 on the GPU: the lane filter gradient (TM 11)
 ]
 DTYPES = [pytest.param(jnp.float32, id="F32"), pytest.param(jnp.bfloat16, id="BF16")]
 

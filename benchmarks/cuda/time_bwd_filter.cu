@@ -4,7 +4,7 @@
 // a fixed 512 MiB, so that one harness builds against any version of the launcher.
 // Build (from the repository root) and run:
 //   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc \
-//        benchmarks/cuda/time_bwd_filter.cu csrc/dwconv/dwconv_cuda.cu csrc/dwconv/fwd_mma.cu -o time_bwd_filter
+//        benchmarks/cuda/time_bwd_filter.cu csrc/dwconv/bwd_filter_cuda*.cu -o time_bwd_filter
 //   ./time_bwd_filter <tag>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -52,6 +52,9 @@ int main(int argc, char** argv) {
   for (int k : {3, 7}) point<__nv_bfloat16>(tag, ws, 128, 32, 32, 1024, k);
   for (int k : {3, 7}) point<__half>(tag, ws, 128, 64, 64, 256, k);
   for (int k : {3, 7, 31}) point<float>(tag, ws, 128, 64, 64, 256, k);
+  // fp32 from KW = 9, where one channel per lane competes with width 4.
+  for (int k : {9, 13, 17, 21, 51}) point<float>(tag, ws, 128, 64, 64, 256, k);
+  point<float>(tag, ws, 128, 128, 128, 128, 31);
   cudaFree(ws);
   return 0;
 }

@@ -55,6 +55,13 @@ int main(int argc, char** argv) {
   for (int k : {5, 7}) point<float>(tag, 128, 32, 32, 1024, k, 1);
   point<float>(tag, 128, 112, 112, 96, 3, 2);
   point<float>(tag, 128, 56, 56, 144, 3, 2);
+  // fp32 from KW = 9 (the GEMV kernel): the paper's other k and the other
+  // RepLKNet-31B layers.
+  for (int k : {9, 17, 21}) point<float>(tag, 128, 64, 64, 256, k, 1);
+  for (int k : {9, 51}) point<float>(tag, 128, 128, 128, 128, k, 1);
+  point<float>(tag, 128, 28, 28, 256, 29, 1);
+  point<float>(tag, 128, 14, 14, 512, 27, 1);
+  point<float>(tag, 128, 7, 7, 1024, 13, 1);
   for (int k : {3, 7, 13, 17, 31, 51}) point<__nv_bfloat16>(tag, 128, 64, 64, 256, k, 1);
   for (int k : {7, 31}) point<__nv_bfloat16>(tag, 128, 128, 128, 128, k, 1);
   for (int k : {7, 31}) point<__nv_bfloat16>(tag, 128, 32, 32, 1024, k, 1);

@@ -6,14 +6,15 @@
 // or (deterministic mode) by a plain store into slice z, which
 // dwconv_bwd_filter_finalize_kernel then sums in order z = 0, 1, ...
 //
-// Block: 4 warps of 8 channel groups x 4 slots = 8 groups x 16 slots. A channel
-// group is kWidth channels: 4 (fp32 always; fp16/bf16 in 8-byte loads) or 8
-// (fp16/bf16 in 16-byte loads), so a block covers 32 or 64 channels. A slot owns a
-// tap tile: kTM consecutive taps (kh, kw0 .. kw0 + kTM - 1) of one filter row.
-// Filters with fewer than 16 tiles give the spare slots other rows of the chunk
-// ("lanes"); the lanes are summed through shared memory in a fixed order. Along an
-// output row a thread slides a window of kTM input columns: each ow costs one dy
-// load and kStride new x loads (kWidth channels each) for kTM * kWidth FMAs.
+// Block: 4 warps of 8 channel groups x 4 slots = 8 groups x 16 slots, or (width 1)
+// of 32 channel groups x 1 slot = 32 groups x 4 slots. A channel group is kWidth
+// channels: 1 (one per lane), 4 (fp32; fp16/bf16 in 8-byte loads) or 8 (fp16/bf16
+// in 16-byte loads), so a block covers 32 or 64 channels. A slot owns a tap tile:
+// kTM consecutive taps (kh, kw0 .. kw0 + kTM - 1) of one filter row. Filters with
+// fewer tiles than slots give the spare slots other rows of the chunk ("lanes");
+// the lanes are summed through shared memory in a fixed order. Along an output row
+// a thread slides a window of kTM input columns: each ow costs one dy load and
+// kStride new x loads (kWidth channels each) for kTM * kWidth FMAs.
 #pragma once
 
 #include <cstdint>
@@ -24,20 +25,25 @@
 
 namespace flashdwc {
 
+// Width 1 puts one channel on each lane (32 channel groups, 4 slots per block):
+// each output column then costs one 128-byte wavefront per warp for dy and one per
+// new x column, where widths 4 and 8 cost four each per 16-byte load.
 template <int kWidth>
 struct BwdFilterTraits {
   static constexpr int kThreads = 128;
   static constexpr int kChannelsPerThread = kWidth;
-  static constexpr int kChannelGroups = 8;
+  static constexpr int kChannelGroups = kWidth == 1 ? 32 : 8;
   static constexpr int kBlockChannels = kChannelGroups * kChannelsPerThread;  // 32 or 64
-  static constexpr int kSlots = kThreads / kChannelGroups;                    // 16
+  static constexpr int kSlots = kThreads / kChannelGroups;                    // 4 or 16
 };
 
 // kWidth channels [c, c + valid) at p as float, zero where masked: one 16-byte
-// load of 4 fp32 or 8 fp16/bf16, or one 8-byte load of 4 fp16/bf16.
+// load of 4 fp32 or 8 fp16/bf16, one 8-byte load of 4 fp16/bf16, or one element.
 template <typename T, int kWidth, bool kVec>
 __device__ __forceinline__ void load_channels_masked(const T* p, int valid, float (&v)[kWidth]) {
-  if constexpr (kWidth == 4) {
+  if constexpr (kWidth == 1) {
+    v[0] = valid > 0 ? to_float(p[0]) : 0.0f;
+  } else if constexpr (kWidth == 4) {
     load4_masked<T, kVec>(p, valid, v);
   } else {
     static_assert(kWidth == Vec16<T>::kWidth, "8 channels per load is for fp16 and bf16");
@@ -68,16 +74,29 @@ __device__ __forceinline__ void bwd_filter_row(float (&acc)[kTM][kWidth], const 
                                                int64_t ow_begin, int64_t ow_end) {
   if (ow_begin >= ow_end) return;
   float win[kTM][kWidth];
-  const int64_t col0 = first_col + ow_begin * kStride;  // column of tap 0 at ow_begin
-  auto load_col = [&](float (&v)[kWidth], int64_t col) {
-    const bool inside = !kChecked || (col >= 0 && col < in_w);
-    load_channels_masked<T, kWidth, kVec>(x_row + col * channels, inside ? channels_valid : 0, v);
+  // Column indices fit in 32 bits (in_w does); one unsigned compare checks both ends.
+  const int col0 = int(first_col + ow_begin * kStride);  // column of tap 0 at ow_begin
+  auto load_col = [&](float (&v)[kWidth], const T* column, int col) {
+    const bool inside = !kChecked || unsigned(col) < unsigned(in_w);
+    load_channels_masked<T, kWidth, kVec>(column, inside ? channels_valid : 0, v);
   };
-  auto step = [&](int k, int64_t rel) {  // rel = ow - ow_begin; k = rel % kTM, static
+  // x and dy are walked by pointer, one 64-bit add each per step: with an address
+  // computed per load, the unrolled steps kept one per hoisted load and width 1 at
+  // TM 16 spilled 460-1112 bytes (ptxas).
+  int next_col = col0 + kTM - kStride;  // the first column step 0 loads
+  const T* next_x = x_row + int64_t(next_col) * channels;
+  const T* next_dy = dy_row + ow_begin * channels;
+  auto step = [&](int k) {  // k = (ow - ow_begin) % kTM, static
 #pragma unroll
-    for (int t = kTM - kStride; t < kTM; ++t) load_col(win[(kStride * k + t) % kTM], col0 + kStride * rel + t);
+    for (int t = kTM - kStride; t < kTM; ++t) {
+      const int j = t - (kTM - kStride);
+      load_col(win[(kStride * k + t) % kTM], next_x + j * channels, next_col + j);
+    }
+    next_x += kStride * channels;
+    next_col += kStride;
     float g[kWidth];
-    load_channels_masked<T, kWidth, kVec>(dy_row + (ow_begin + rel) * channels, channels_valid, g);
+    load_channels_masked<T, kWidth, kVec>(next_dy, channels_valid, g);
+    next_dy += channels;
 #pragma unroll
     for (int t = 0; t < kTM; ++t)
 #pragma unroll
@@ -85,18 +104,18 @@ __device__ __forceinline__ void bwd_filter_row(float (&acc)[kTM][kWidth], const 
   };
 
 #pragma unroll
-  for (int t = 0; t < kTM - kStride; ++t) load_col(win[t], col0 + t);
+  for (int t = 0; t < kTM - kStride; ++t) load_col(win[t], x_row + int64_t(col0 + t) * channels, col0 + t);
   const int64_t count = ow_end - ow_begin;
   int64_t rel = 0;
   for (; rel + kTM <= count; rel += kTM) {
 #pragma unroll
-    for (int k = 0; k < kTM; ++k) step(k, rel + k);
+    for (int k = 0; k < kTM; ++k) step(k);
   }
   const int64_t remainder = count - rel;
   static_for<1, kTM>([&](auto r) {
     if (remainder == r.value) {
 #pragma unroll
-      for (int k = 0; k < r.value; ++k) step(k, rel + k);
+      for (int k = 0; k < r.value; ++k) step(k);
     }
   });
 }
@@ -188,7 +207,7 @@ dwconv_bwd_filter_split_kernel(const T* __restrict__ x, const T* __restrict__ dy
 #pragma unroll
       for (int i = 0; i < kWidth; ++i)
         if (i < channels_valid) atomicAdd(dst + i, acc[t][i]);
-    } else if (kVec) {
+    } else if constexpr (kVec && kWidth % 4 == 0) {
 #pragma unroll
       for (int i = 0; i < kWidth; i += 4)
         *reinterpret_cast<float4*>(dst + i) = make_float4(acc[t][i], acc[t][i + 1], acc[t][i + 2], acc[t][i + 3]);

@@ -1,22 +1,18 @@
-// Launchers for the CUDA kernels: kernel choice, grid computation, launch.
+// Launchers for the CUDA forward and backward-data kernels: kernel choice, grid
+// computation, launch. The filter gradient's are in bwd_filter_cuda.cu.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
-#include "dwconv/bwd_filter_split.cuh"
 #include "dwconv/direct_kernels.cuh"
 #include "dwconv/dwconv_cuda.h"
 #include "dwconv/fwd_gemv.cuh"
 #include "dwconv/fwd_mma.h"
 #include "dwconv/fwd_rowstream.cuh"
+#include "dwconv/launch_helpers.cuh"
 
 namespace flashdwc {
 namespace {
-
-constexpr int kDirectThreads = 256;
-// Grid-stride loops cover any size; more blocks than this buys nothing on an
-// H200 (132 SMs x 8 resident blocks of 256 threads = 1056).
-constexpr int64_t kMaxDirectBlocks = 65536;
 
 // Outputs per thread along the width in the GEMV kernel, and the register cap
 // (through the minimum resident blocks per SM). fp32 stride 1: the paper's TM = 8,
@@ -36,13 +32,6 @@ constexpr int64_t kGemvMaxKernelW = 512;
 // Filter bytes per pipeline stage: whole filters up to 11x11 (fp32) in one stage,
 // four 31-wide rows per stage, while two stages stay small next to L1.
 constexpr int64_t kGemvStageBytes = 16 * 1024;
-
-dim3 direct_grid(int64_t elements) {
-  const int64_t blocks = (elements + kDirectThreads - 1) / kDirectThreads;
-  return dim3(unsigned(std::clamp<int64_t>(blocks, 1, kMaxDirectBlocks)));
-}
-
-bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 template <typename T>
 cudaError_t launch_fwd_direct(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
@@ -201,180 +190,11 @@ cudaError_t run_dwconv_bwd_data(const DwConvParams& p, const T* dy, const T* w, 
   return cudaGetLastError();
 }
 
-namespace {
-
-// Tiling of the backward-filter split kernel: channels per thread and taps per
-// thread (TM), the paper's flexible tiling. A filter row of KW taps takes
-// ceil(KW / TM) tiles of TM taps, and a tile costs about TM FMA steps plus 2 for
-// its loads per output column. Among a width's TMs the one that minimizes tiles x
-// (TM + 2) wastes least. Width 4: 9 -> 5 (10 taps computed; TM = 8 computed 16,
-// and k = 9 measured 6.8 ms against 2.6 ms at k = 7 on 128x128x128x128), 13, 17,
-// 21 -> 7, 31, 51 -> 8. TM = 9 is left out: it spills 148-256 bytes under the
-// 128-register cap, TM = 7 spills 32. Width 8 (fp16/bf16 only) holds twice the
-// channels, so it takes TM 3 or 4 for the registers of width 4's 6 or 8.
-constexpr int kBwdFilterTmWidth4[] = {8, 7, 5, 4};
-constexpr int kBwdFilterTmWidth8[] = {4, 3};
-
-template <size_t kCount>
-int bwd_filter_best_tm(const DwConvParams& p, const int (&candidates)[kCount]) {
-  int best = candidates[0];
-  int64_t best_cost = INT64_MAX;
-  for (int tm : candidates) {  // ties go to the larger TM (listed first): fewer loads per FMA
-    const int64_t cost = (p.kernel_w + tm - 1) / tm * (tm + 2);
-    if (cost < best_cost) best = tm, best_cost = cost;
-  }
-  return best;
-}
-
-int64_t bwd_filter_taps_computed(const DwConvParams& p, int tm) { return (p.kernel_w + tm - 1) / tm * tm; }
-
-}  // namespace
-
-// fp16/bf16 take width 8 (16-byte loads) when its TM computes no more taps than
-// width 4's. Measured on the H200, bf16 128x128x128x128, atomic mode, ms width 4 ->
-// width 8: k = 3 (taps 4 -> 3) 0.709 -> 0.590, k = 31 (32 -> 32) 30.2 -> 26.6;
-// k = 5 (5 -> 6) 0.981 -> 1.806, k = 7 (7 -> 8) 1.493 -> 2.078, k = 13 (14 -> 16)
-// 5.74 -> 6.95. So the wider load wins when the tiles waste nothing more, and one
-// wasted tap in 5 to 7 costs more than it gains.
-BwdFilterTiling bwd_filter_tiling(const DwConvParams& p, bool half_precision) {
-  const BwdFilterTiling narrow{4, bwd_filter_best_tm(p, kBwdFilterTmWidth4)};
-  if (!half_precision) return narrow;
-  const BwdFilterTiling wide{8, bwd_filter_best_tm(p, kBwdFilterTmWidth8)};
-  return bwd_filter_taps_computed(p, wide.tm) <= bwd_filter_taps_computed(p, narrow.tm) ? wide : narrow;
-}
-
-namespace {
-
-// Blocks the split kernel aims for: 4 waves of 132 SMs x 4 resident blocks, so
-// that the last wave's tail costs little. Z (the chunks of the N * Ho rows) is
-// what brings a small filter's grid up to it.
-constexpr int64_t kBwdFilterTargetBlocks = 2048;
-// Deterministic mode keeps one fp32 slice of the filter per chunk; Z is lowered
-// until the slices fit in this.
-constexpr int64_t kBwdFilterMaxWorkspaceBytes = int64_t(256) << 20;
-
-// The channel-block limit is checked for the narrower blocks.
-bool bwd_filter_split_applies(const DwConvParams& p) {
-  using Tr = BwdFilterTraits<4>;
-  return (p.stride_w == 1 || p.stride_w == 2) && p.dilation_w == 1 &&
-         (p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels <= 65535 &&
-         p.kernel_h * p.kernel_w <= INT32_MAX;
-}
-
-BwdFilterGrid make_bwd_filter_grid(const DwConvParams& p, const BwdFilterTiling& tiling, bool deterministic) {
-  const int tm = tiling.tm;
-  const int64_t block_channels =
-      tiling.width == 8 ? BwdFilterTraits<8>::kBlockChannels : BwdFilterTraits<4>::kBlockChannels;
-  constexpr int kSlots = BwdFilterTraits<4>::kSlots;
-  static_assert(kSlots == BwdFilterTraits<8>::kSlots, "both widths have 16 slots");
-  BwdFilterGrid g;
-  g.kw_tiles = (p.kernel_w + tm - 1) / tm;
-  g.tiles = p.kernel_h * g.kw_tiles;
-  g.tiles_per_block = int(std::min<int64_t>(kSlots, g.tiles));
-  g.lanes = kSlots / g.tiles_per_block;
-  g.rows = p.batch * p.out_h;
-  const int64_t blocks_xy = ((g.tiles + g.tiles_per_block - 1) / g.tiles_per_block) *
-                            ((p.channels + block_channels - 1) / block_channels);
-  const int64_t slice_bytes = p.kernel_h * p.kernel_w * p.channels * int64_t(sizeof(float));
-  int64_t splits = (kBwdFilterTargetBlocks + blocks_xy - 1) / blocks_xy;
-  splits = std::min(splits, (g.rows + g.lanes - 1) / g.lanes);  // at least one row per lane
-  if (deterministic) splits = std::min(splits, kBwdFilterMaxWorkspaceBytes / slice_bytes);
-  splits = std::clamp<int64_t>(splits, 1, 65535);
-  g.rows_per_split = (g.rows + splits - 1) / splits;
-  g.atomic = !deterministic;
-  return g;
-}
-
-int64_t bwd_filter_splits(const BwdFilterGrid& g) { return (g.rows + g.rows_per_split - 1) / g.rows_per_split; }
-
-template <typename T, int kWidth, int kTM, int kStride, bool kVec>
-cudaError_t launch_bwd_filter_split(const DwConvParams& p, const BwdFilterGrid& g, const T* x, const T* dy,
-                                    float* ws, cudaStream_t stream) {
-  using Tr = BwdFilterTraits<kWidth>;
-  const dim3 blocks(unsigned((g.tiles + g.tiles_per_block - 1) / g.tiles_per_block),
-                    unsigned((p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels),
-                    unsigned(bwd_filter_splits(g)));
-  dwconv_bwd_filter_split_kernel<T, kWidth, kTM, kStride, kVec>
-      <<<blocks, Tr::kThreads, 0, stream>>>(x, dy, ws, p, g);
-  return cudaGetLastError();
-}
-
-// A vector load needs every channel group whole (C a multiple of the width) and the
-// load's alignment; the fp32 workspace rows are stored as float4.
-template <typename T, int kWidth, int kTM>
-cudaError_t launch_bwd_filter_split_tm(const DwConvParams& p, const BwdFilterGrid& g, const T* x, const T* dy,
-                                       float* ws, cudaStream_t stream) {
-  constexpr size_t kLoadBytes = kWidth * sizeof(T);
-  const bool vec =
-      p.channels % kWidth == 0 && aligned(x, kLoadBytes) && aligned(dy, kLoadBytes) && aligned(ws, 16);
-  if (p.stride_w == 1) {
-    return vec ? launch_bwd_filter_split<T, kWidth, kTM, 1, true>(p, g, x, dy, ws, stream)
-               : launch_bwd_filter_split<T, kWidth, kTM, 1, false>(p, g, x, dy, ws, stream);
-  }
-  return vec ? launch_bwd_filter_split<T, kWidth, kTM, 2, true>(p, g, x, dy, ws, stream)
-             : launch_bwd_filter_split<T, kWidth, kTM, 2, false>(p, g, x, dy, ws, stream);
-}
-
-template <typename T>
-cudaError_t launch_bwd_filter_split_tiling(const DwConvParams& p, const BwdFilterTiling& tiling,
-                                           const BwdFilterGrid& g, const T* x, const T* dy, float* ws,
-                                           cudaStream_t stream) {
-  if constexpr (!std::is_same_v<T, float>) {
-    if (tiling.width == 8) {
-      return tiling.tm == 3 ? launch_bwd_filter_split_tm<T, 8, 3>(p, g, x, dy, ws, stream)
-                            : launch_bwd_filter_split_tm<T, 8, 4>(p, g, x, dy, ws, stream);
-    }
-  }
-  switch (tiling.tm) {
-    case 4: return launch_bwd_filter_split_tm<T, 4, 4>(p, g, x, dy, ws, stream);
-    case 5: return launch_bwd_filter_split_tm<T, 4, 5>(p, g, x, dy, ws, stream);
-    case 7: return launch_bwd_filter_split_tm<T, 4, 7>(p, g, x, dy, ws, stream);
-    default: return launch_bwd_filter_split_tm<T, 4, 8>(p, g, x, dy, ws, stream);
-  }
-}
-
-}  // namespace
-
-int64_t bwd_filter_workspace_bytes(const DwConvParams& p, bool deterministic, bool half_precision) {
-  if (!bwd_filter_split_applies(p)) return 0;
-  const BwdFilterGrid g = make_bwd_filter_grid(p, bwd_filter_tiling(p, half_precision), deterministic);
-  const int64_t slices = g.atomic ? 1 : bwd_filter_splits(g);
-  return slices * p.kernel_h * p.kernel_w * p.channels * int64_t(sizeof(float));
-}
-
-template <typename T>
-cudaError_t run_dwconv_bwd_filter(const DwConvParams& p, const T* x, const T* dy, T* dw, float* workspace,
-                                  bool deterministic, cudaStream_t stream) {
-  if (!bwd_filter_split_applies(p)) {
-    const dim3 grid(unsigned(p.kernel_h * p.kernel_w),
-                    unsigned((p.channels + kBwdFilterChannels - 1) / kBwdFilterChannels));
-    const dim3 block(kBwdFilterChannels, kBwdFilterRows);
-    dwconv_bwd_filter_direct_kernel<T><<<grid, block, 0, stream>>>(x, dy, dw, p);
-    return cudaGetLastError();
-  }
-  const BwdFilterTiling tiling = bwd_filter_tiling(p, !std::is_same_v<T, float>);
-  const BwdFilterGrid g = make_bwd_filter_grid(p, tiling, deterministic);
-  const int64_t count = p.kernel_h * p.kernel_w * p.channels;
-  if (g.atomic) {
-    if (cudaError_t err = cudaMemsetAsync(workspace, 0, count * sizeof(float), stream); err != cudaSuccess) {
-      return err;
-    }
-  }
-  const cudaError_t err = launch_bwd_filter_split_tiling<T>(p, tiling, g, x, dy, workspace, stream);
-  if (err != cudaSuccess) return err;
-  const int64_t slices = g.atomic ? 1 : bwd_filter_splits(g);
-  dwconv_bwd_filter_finalize_kernel<T><<<direct_grid(count), kDirectThreads, 0, stream>>>(workspace, dw, count,
-                                                                                          slices);
-  return cudaGetLastError();
-}
-
 #define FLASHDWC_INSTANTIATE_CUDA(T)                                                               \
   template cudaError_t run_dwconv_fwd<T>(const DwConvParams&, const T*, const T*, T*, cudaStream_t,   \
                                          const FwdEpilogue&, const FwdPrologue&);                     \
   template cudaError_t run_dwconv_bwd_data<T>(const DwConvParams&, const T*, const T*, T*,            \
-                                              cudaStream_t);                                          \
-  template cudaError_t run_dwconv_bwd_filter<T>(const DwConvParams&, const T*, const T*, T*, float*,  \
-                                                bool, cudaStream_t);
+                                              cudaStream_t);
 
 FLASHDWC_INSTANTIATE_CUDA(float)
 FLASHDWC_INSTANTIATE_CUDA(__half)

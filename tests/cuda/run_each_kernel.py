@@ -18,6 +18,8 @@ from jax_flashdwc import depthwise_conv2d
 CASES = [
     (2, 19, 37, 40, 7, 7, 1, 1, jnp.float32),     # row-stream fwd and stride-1 bwd_data, split bwd_filter
     (1, 20, 21, 12, 4, 4, 1, 1, jnp.float32),     # GEMV fwd (KW 4), stride-1 bwd_data on GEMV
+    (1, 21, 48, 40, 13, 13, 1, 1, jnp.float32),   # GEMV fwd at k 13, lane bwd_filter TM 13
+    (1, 9, 28, 40, 9, 9, 1, 1, jnp.float32),      # lane bwd_filter TM 9, a ragged channel block
     (2, 19, 37, 42, 5, 5, 2, 1, jnp.float32),     # GEMV stride 2, direct bwd_data, split bwd_filter (stride 2)
     (1, 17, 140, 24, 9, 9, 1, 1, jnp.bfloat16),   # tensor-core fwd and bwd_data, 2 strips, masked channels
     (1, 40, 40, 16, 31, 31, 1, 1, jnp.float16),   # tensor-core fwd with several filter chunks

@@ -1,0 +1,79 @@
+// The filter gradient's tiling rule and workspace size (host code), and its fp32
+// launch; fp16 and bf16 are instantiated in bwd_filter_cuda_f16.cu and
+// bwd_filter_cuda_bf16.cu.
+#include <cstdint>
+
+#include "dwconv/bwd_filter_launch.cuh"
+
+namespace flashdwc {
+namespace {
+
+// Tiling of the backward-filter split kernel: channels per thread and taps per
+// thread (TM), the paper's flexible tiling. A filter row of KW taps takes
+// ceil(KW / TM) tiles of TM taps, and a tile costs about TM FMA steps plus 2 for
+// its loads per output column. Among a width's TMs the one that minimizes tiles x
+// (TM + 2) wastes least. Width 4: 9 -> 5 (10 taps computed; TM = 8 computed 16,
+// and k = 9 measured 6.8 ms against 2.6 ms at k = 7 on 128x128x128x128), 13, 17,
+// 21 -> 7, 31, 51 -> 8. TM = 9 is left out: it spills 148-256 bytes under the
+// 128-register cap, TM = 7 spills 32. Width 8 (fp16/bf16 only) holds twice the
+// channels, so it takes TM 3 or 4 for the registers of width 4's 6 or 8.
+constexpr int kBwdFilterTmWidth4[] = {8, 7, 5, 4};
+constexpr int kBwdFilterTmWidth8[] = {4, 3};
+// Width 1 holds a quarter of width 4's registers per tap, so its TMs reach 16; the
+// four fit the common widths: 9 -> 9, 13 -> 13, 17 -> 9 (18 taps), 21 -> 11,
+// 27 -> 9, 29 and 31 -> 16 (32), 51 -> 13 (52), 63 -> 16 (64).
+constexpr int kBwdFilterTmWidth1[] = {16, 13, 11, 9};
+
+template <size_t kCount>
+int bwd_filter_best_tm(const DwConvParams& p, const int (&candidates)[kCount]) {
+  int best = candidates[0];
+  int64_t best_cost = INT64_MAX;
+  for (int tm : candidates) {  // ties go to the larger TM (listed first): fewer loads per FMA
+    const int64_t cost = (p.kernel_w + tm - 1) / tm * (tm + 2);
+    if (cost < best_cost) best = tm, best_cost = cost;
+  }
+  return best;
+}
+
+int64_t bwd_filter_taps_computed(const DwConvParams& p, int tm) { return (p.kernel_w + tm - 1) / tm * tm; }
+
+}  // namespace
+
+// fp16/bf16 take width 8 (16-byte loads) when its TM computes no more taps than
+// width 4's. Measured on the H200, bf16 128x128x128x128, atomic mode, ms width 4 ->
+// width 8: k = 3 (taps 4 -> 3) 0.709 -> 0.590, k = 31 (32 -> 32) 30.2 -> 26.6;
+// k = 5 (5 -> 6) 0.981 -> 1.806, k = 7 (7 -> 8) 1.493 -> 2.078, k = 13 (14 -> 16)
+// 5.74 -> 6.95. So the wider load wins when the tiles waste nothing more, and one
+// wasted tap in 5 to 7 costs more than it gains.
+// fp32 takes width 1 (one channel per lane) from KW = 9. Measured on the H200, fp32
+// 128x64x64x256, ms width 4 -> width 1: k = 9 (taps 10 -> 9) 2.77 -> 2.03, k = 13
+// (14 -> 13) 3.49 -> 3.29, k = 17 (21 -> 18) 7.31 -> 5.26, k = 51 (56 -> 52) 64.3 ->
+// 46.2; with no fewer taps it lost 4-6%: k = 21 (21 -> 22) 7.28 -> 7.67, k = 31
+// (32 -> 32) 15.7 -> 16.3. Taking width 1 only where it computes fewer taps would
+// win those back, but would send fp32 to width 4 at TM 8, whose pointer-walked rows
+// have not yet run on a GPU; width 1 from 9 is what the GPU tests, sanitizers and
+// property sweep ran. fp16/bf16 never take it: at equal or fewer taps width 1 lost
+// to width 8 or 4 at k = 9, 13, 21, 27, 29, 31 and 51 (k = 29: 12.8 -> 17.8 ms), a
+// lane's 2-byte load moving an eighth of what a 16-byte load does; k = 17 alone won,
+// by 10%.
+constexpr int64_t kBwdFilterLaneMinKernelW = 9;
+
+BwdFilterTiling bwd_filter_tiling(const DwConvParams& p, bool half_precision) {
+  if (!half_precision && p.kernel_w >= kBwdFilterLaneMinKernelW) return {1, bwd_filter_best_tm(p, kBwdFilterTmWidth1)};
+  const BwdFilterTiling narrow{4, bwd_filter_best_tm(p, kBwdFilterTmWidth4)};
+  if (!half_precision) return narrow;
+  const BwdFilterTiling wide{8, bwd_filter_best_tm(p, kBwdFilterTmWidth8)};
+  return bwd_filter_taps_computed(p, wide.tm) <= bwd_filter_taps_computed(p, narrow.tm) ? wide : narrow;
+}
+
+int64_t bwd_filter_workspace_bytes(const DwConvParams& p, bool deterministic, bool half_precision) {
+  if (!bwd_filter_split_applies(p)) return 0;
+  const BwdFilterGrid g = make_bwd_filter_grid(p, bwd_filter_tiling(p, half_precision), deterministic);
+  const int64_t slices = g.atomic ? 1 : bwd_filter_splits(g);
+  return slices * p.kernel_h * p.kernel_w * p.channels * int64_t(sizeof(float));
+}
+
+template cudaError_t run_dwconv_bwd_filter<float>(const DwConvParams&, const float*, const float*, float*,
+                                                  float*, bool, cudaStream_t);
+
+}  // namespace flashdwc

@@ -1,0 +1,152 @@
+// The filter gradient's launch on the GPU: the split kernel's grid, the choice of
+// its template instance, and run_dwconv_bwd_filter. A template here, instantiated
+// once per dtype in bwd_filter_cuda.cu, bwd_filter_cuda_f16.cu and
+// bwd_filter_cuda_bf16.cu, so that the build compiles them side by side: with the
+// 1, 4 and 8 channel widths, TMs, strides and vector variants the three dtypes make
+// 112 kernels, and with the forward launchers in one file nvcc -O3 took 441 s on
+// one core; the fp32 file alone takes 76 s.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "dwconv/bwd_filter_split.cuh"
+#include "dwconv/direct_kernels.cuh"
+#include "dwconv/dwconv_cuda.h"
+#include "dwconv/launch_helpers.cuh"
+
+namespace flashdwc {
+
+// Blocks the split kernel aims for: 4 waves of 132 SMs x 4 resident blocks, so
+// that the last wave's tail costs little. Z (the chunks of the N * Ho rows) is
+// what brings a small filter's grid up to it.
+inline constexpr int64_t kBwdFilterTargetBlocks = 2048;
+// Deterministic mode keeps one fp32 slice of the filter per chunk; Z is lowered
+// until the slices fit in this.
+inline constexpr int64_t kBwdFilterMaxWorkspaceBytes = int64_t(256) << 20;
+
+// The channel-block limit is checked for the narrower blocks.
+inline bool bwd_filter_split_applies(const DwConvParams& p) {
+  using Tr = BwdFilterTraits<4>;
+  return (p.stride_w == 1 || p.stride_w == 2) && p.dilation_w == 1 &&
+         (p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels <= 65535 &&
+         p.kernel_h * p.kernel_w <= INT32_MAX;
+}
+
+inline BwdFilterGrid make_bwd_filter_grid(const DwConvParams& p, const BwdFilterTiling& tiling,
+                                          bool deterministic) {
+  const int tm = tiling.tm;
+  const int64_t block_channels =
+      tiling.width == 8 ? BwdFilterTraits<8>::kBlockChannels : BwdFilterTraits<4>::kBlockChannels;
+  static_assert(BwdFilterTraits<1>::kBlockChannels == BwdFilterTraits<4>::kBlockChannels);
+  const int kSlots = tiling.width == 1 ? BwdFilterTraits<1>::kSlots : BwdFilterTraits<4>::kSlots;
+  static_assert(BwdFilterTraits<4>::kSlots == BwdFilterTraits<8>::kSlots, "widths 4 and 8 have 16 slots");
+  BwdFilterGrid g;
+  g.kw_tiles = (p.kernel_w + tm - 1) / tm;
+  g.tiles = p.kernel_h * g.kw_tiles;
+  g.tiles_per_block = int(std::min<int64_t>(kSlots, g.tiles));
+  g.lanes = kSlots / g.tiles_per_block;
+  g.rows = p.batch * p.out_h;
+  const int64_t blocks_xy = ((g.tiles + g.tiles_per_block - 1) / g.tiles_per_block) *
+                            ((p.channels + block_channels - 1) / block_channels);
+  const int64_t slice_bytes = p.kernel_h * p.kernel_w * p.channels * int64_t(sizeof(float));
+  int64_t splits = (kBwdFilterTargetBlocks + blocks_xy - 1) / blocks_xy;
+  splits = std::min(splits, (g.rows + g.lanes - 1) / g.lanes);  // at least one row per lane
+  if (deterministic) splits = std::min(splits, kBwdFilterMaxWorkspaceBytes / slice_bytes);
+  splits = std::clamp<int64_t>(splits, 1, 65535);
+  g.rows_per_split = (g.rows + splits - 1) / splits;
+  g.atomic = !deterministic;
+  return g;
+}
+
+inline int64_t bwd_filter_splits(const BwdFilterGrid& g) {
+  return (g.rows + g.rows_per_split - 1) / g.rows_per_split;
+}
+
+template <typename T, int kWidth, int kTM, int kStride, bool kVec>
+cudaError_t launch_bwd_filter_split(const DwConvParams& p, const BwdFilterGrid& g, const T* x, const T* dy,
+                                    float* ws, cudaStream_t stream) {
+  using Tr = BwdFilterTraits<kWidth>;
+  const dim3 blocks(unsigned((g.tiles + g.tiles_per_block - 1) / g.tiles_per_block),
+                    unsigned((p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels),
+                    unsigned(bwd_filter_splits(g)));
+  dwconv_bwd_filter_split_kernel<T, kWidth, kTM, kStride, kVec>
+      <<<blocks, Tr::kThreads, 0, stream>>>(x, dy, ws, p, g);
+  return cudaGetLastError();
+}
+
+// A vector load needs every channel group whole (C a multiple of the width) and the
+// load's alignment; the fp32 workspace rows are stored as float4.
+template <typename T, int kWidth, int kTM>
+cudaError_t launch_bwd_filter_split_tm(const DwConvParams& p, const BwdFilterGrid& g, const T* x, const T* dy,
+                                       float* ws, cudaStream_t stream) {
+  if constexpr (kWidth == 1) {  // one element per lane: no vector variant
+    return p.stride_w == 1 ? launch_bwd_filter_split<T, kWidth, kTM, 1, false>(p, g, x, dy, ws, stream)
+                           : launch_bwd_filter_split<T, kWidth, kTM, 2, false>(p, g, x, dy, ws, stream);
+  }
+  constexpr size_t kLoadBytes = kWidth * sizeof(T);
+  const bool vec =
+      p.channels % kWidth == 0 && aligned(x, kLoadBytes) && aligned(dy, kLoadBytes) && aligned(ws, 16);
+  if (p.stride_w == 1) {
+    return vec ? launch_bwd_filter_split<T, kWidth, kTM, 1, true>(p, g, x, dy, ws, stream)
+               : launch_bwd_filter_split<T, kWidth, kTM, 1, false>(p, g, x, dy, ws, stream);
+  }
+  return vec ? launch_bwd_filter_split<T, kWidth, kTM, 2, true>(p, g, x, dy, ws, stream)
+             : launch_bwd_filter_split<T, kWidth, kTM, 2, false>(p, g, x, dy, ws, stream);
+}
+
+template <typename T>
+cudaError_t launch_bwd_filter_split_tiling(const DwConvParams& p, const BwdFilterTiling& tiling,
+                                           const BwdFilterGrid& g, const T* x, const T* dy, float* ws,
+                                           cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, float>) {  // width 1 is fp32's alone (bwd_filter_tiling)
+    if (tiling.width == 1) {
+      switch (tiling.tm) {
+        case 9: return launch_bwd_filter_split_tm<T, 1, 9>(p, g, x, dy, ws, stream);
+        case 11: return launch_bwd_filter_split_tm<T, 1, 11>(p, g, x, dy, ws, stream);
+        case 13: return launch_bwd_filter_split_tm<T, 1, 13>(p, g, x, dy, ws, stream);
+        default: return launch_bwd_filter_split_tm<T, 1, 16>(p, g, x, dy, ws, stream);
+      }
+    }
+  } else {
+    if (tiling.width == 8) {
+      return tiling.tm == 3 ? launch_bwd_filter_split_tm<T, 8, 3>(p, g, x, dy, ws, stream)
+                            : launch_bwd_filter_split_tm<T, 8, 4>(p, g, x, dy, ws, stream);
+    }
+  }
+  switch (tiling.tm) {
+    case 4: return launch_bwd_filter_split_tm<T, 4, 4>(p, g, x, dy, ws, stream);
+    case 5: return launch_bwd_filter_split_tm<T, 4, 5>(p, g, x, dy, ws, stream);
+    case 7: return launch_bwd_filter_split_tm<T, 4, 7>(p, g, x, dy, ws, stream);
+    default: return launch_bwd_filter_split_tm<T, 4, 8>(p, g, x, dy, ws, stream);
+  }
+}
+
+template <typename T>
+cudaError_t run_dwconv_bwd_filter(const DwConvParams& p, const T* x, const T* dy, T* dw, float* workspace,
+                                  bool deterministic, cudaStream_t stream) {
+  if (!bwd_filter_split_applies(p)) {
+    const dim3 grid(unsigned(p.kernel_h * p.kernel_w),
+                    unsigned((p.channels + kBwdFilterChannels - 1) / kBwdFilterChannels));
+    const dim3 block(kBwdFilterChannels, kBwdFilterRows);
+    dwconv_bwd_filter_direct_kernel<T><<<grid, block, 0, stream>>>(x, dy, dw, p);
+    return cudaGetLastError();
+  }
+  const BwdFilterTiling tiling = bwd_filter_tiling(p, !std::is_same_v<T, float>);
+  const BwdFilterGrid g = make_bwd_filter_grid(p, tiling, deterministic);
+  const int64_t count = p.kernel_h * p.kernel_w * p.channels;
+  if (g.atomic) {
+    if (cudaError_t err = cudaMemsetAsync(workspace, 0, count * sizeof(float), stream); err != cudaSuccess) {
+      return err;
+    }
+  }
+  const cudaError_t err = launch_bwd_filter_split_tiling<T>(p, tiling, g, x, dy, workspace, stream);
+  if (err != cudaSuccess) return err;
+  const int64_t slices = g.atomic ? 1 : bwd_filter_splits(g);
+  dwconv_bwd_filter_finalize_kernel<T><<<direct_grid(count), kDirectThreads, 0, stream>>>(workspace, dw, count,
+                                                                                          slices);
+  return cudaGetLastError();
+}
+
+}  // namespace flashdwc
