@@ -147,8 +147,22 @@ bool rowstream_supports(const DwConvParams& p, bool half_precision) {
 // k = 5 was not measured; it stays on the GEMV kernel.
 constexpr int64_t kMmaMinKernelW = 7;
 
+// fp16/bf16 at KW = 7 run the row-stream kernel when the channels fill its 64-channel
+// blocks. Measured on the H200, bf16, kernel level (benchmarks/cuda/time_fwd.cu),
+// ms tensor cores -> row-stream: 128x32x32x1024 1.173 -> 0.829, 128x64x64x256 0.817
+// -> 0.738, ConvNeXt-T 128x28x28x192 0.213 -> 0.169, 128x14x14x384 0.201 -> 0.147,
+// 128x7x7x768 0.198 -> 0.149; 128x128x128x128 1.409 -> 1.430 (even). With C = 96
+// (ConvNeXt-T 128x56x56x96) a quarter of the second block idles and the row-stream
+// kernel lost, 0.253 -> 0.357.
+bool half_rowstream_beats_mma(const DwConvParams& p) {
+  return p.kernel_w == 7 && p.channels % RowStreamTraits<__half, 4>::kBlockChannels == 0 &&
+         rowstream_supports(p, /*half_precision=*/true);
+}
+
 FwdKernel select_fwd_kernel(const DwConvParams& p, bool half_precision) {
-  if (half_precision && p.kernel_w >= kMmaMinKernelW && fwd_mma_supports(p)) return FwdKernel::kMma;
+  if (half_precision && p.kernel_w >= kMmaMinKernelW && fwd_mma_supports(p) && !half_rowstream_beats_mma(p)) {
+    return FwdKernel::kMma;
+  }
   if (rowstream_supports(p, half_precision)) return FwdKernel::kRowStream;
   // Grid limits of the GEMV kernel, checked for the most blocks either storage type
   // launches: fp32's 32-channel blocks along y, the half types' smaller TM along x.
@@ -171,9 +185,18 @@ cudaError_t run_dwconv_fwd(const DwConvParams& p, const T* x, const T* w, T* y, 
     if (kernel == FwdKernel::kMma) return launch_fwd_mma(p, x, w, y, stream, epilogue, prologue);
   }
   if (kernel == FwdKernel::kDirect) return launch_fwd_direct(p, x, w, y, stream, epilogue, prologue);
-  if (kernel == FwdKernel::kRowStream && !prologue.active() && aligned(x, 16) && aligned(w, 16) && aligned(y, 16)) {
-    return p.out_w <= kRowStreamNarrowWidth ? launch_fwd_rowstream_width<T, 2>(p, x, w, y, stream, epilogue)
-                                            : launch_fwd_rowstream_width<T, 4>(p, x, w, y, stream, epilogue);
+  if (kernel == FwdKernel::kRowStream) {
+    if (!prologue.active() && aligned(x, 16) && aligned(w, 16) && aligned(y, 16)) {
+      return p.out_w <= kRowStreamNarrowWidth ? launch_fwd_rowstream_width<T, 2>(p, x, w, y, stream, epilogue)
+                                              : launch_fwd_rowstream_width<T, 4>(p, x, w, y, stream, epilogue);
+    }
+    // Where the row-stream kernel cannot run, half types at KW = 7 go back to tensor
+    // cores (0.82 ms against the GEMV kernel's 1.44 at bf16 128x64x64x256).
+    if constexpr (!std::is_same_v<T, float>) {
+      if (p.kernel_w >= kMmaMinKernelW && fwd_mma_supports(p)) {
+        return launch_fwd_mma(p, x, w, y, stream, epilogue, prologue);
+      }
+    }
   }
   return p.stride_w == 1 ? launch_fwd_gemv_stride<T, 1>(p, x, w, y, stream, epilogue, prologue)
                          : launch_fwd_gemv_stride<T, 2>(p, x, w, y, stream, epilogue, prologue);
