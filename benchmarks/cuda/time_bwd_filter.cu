@@ -6,10 +6,14 @@
 //   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc \
 //        benchmarks/cuda/time_bwd_filter.cu csrc/dwconv/bwd_filter_cuda*.cu -o time_bwd_filter
 //   ./time_bwd_filter <tag>
+// or, against the objects of an installed build (no second compile of the kernels):
+//   nvcc ... benchmarks/cuda/time_bwd_filter.cu build/*/CMakeFiles/_jax_flashdwc.dir/csrc/dwconv/*.cu.o
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 #include <vector>
 #include "dwconv/dwconv_cuda.h"
@@ -41,10 +45,27 @@ void point(const char* tag, float* ws, int64_t n, int64_t h, int64_t w, int64_t 
               2.0 * elements * sizeof(T) / ms[10] / 1e9, cudaGetErrorString(cudaGetLastError()));
   cudaFree(x); cudaFree(dy); cudaFree(dw);
 }
+// One point from the command line (for Nsight Compute, `.ci/gpu profile`):
+//   ./time_bwd_filter <tag> f32|bf16|f16 N H W C K
+bool point_from_args(int argc, char** argv, float* ws) {
+  if (argc != 8) return false;
+  const std::string dtype = argv[2];
+  int64_t v[5];
+  for (int i = 0; i < 5; ++i) v[i] = std::atoll(argv[3 + i]);
+  if (dtype == "f32") point<float>(argv[1], ws, v[0], v[1], v[2], v[3], v[4]);
+  else if (dtype == "bf16") point<__nv_bfloat16>(argv[1], ws, v[0], v[1], v[2], v[3], v[4]);
+  else if (dtype == "f16") point<__half>(argv[1], ws, v[0], v[1], v[2], v[3], v[4]);
+  else std::fprintf(stderr, "dtype %s: expected f32, bf16 or f16\n", argv[2]);
+  return true;
+}
 int main(int argc, char** argv) {
   const char* tag = argc > 1 ? argv[1] : "run";
   float* ws;
   cudaMalloc(&ws, kWorkspaceBytes);
+  if (point_from_args(argc, argv, ws)) {
+    cudaFree(ws);
+    return 0;
+  }
   for (int k : {3, 5, 7, 13, 31}) point<__nv_bfloat16>(tag, ws, 128, 128, 128, 128, k);
   // The filter widths where the fp16/bf16 tiling rule changes between widths 4 and 8.
   for (int k : {5, 9, 13, 17, 21, 27, 29, 31, 51}) point<__nv_bfloat16>(tag, ws, 128, 64, 64, 256, k);

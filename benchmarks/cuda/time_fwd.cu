@@ -6,11 +6,15 @@
 //   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc \
 //        benchmarks/cuda/time_fwd.cu csrc/dwconv/dwconv_cuda.cu csrc/dwconv/fwd_mma.cu -o time_fwd
 //   ./time_fwd <tag>
+// or, against the objects of an installed build (no second compile of the kernels):
+//   nvcc ... benchmarks/cuda/time_fwd.cu build/*/CMakeFiles/_jax_flashdwc.dir/csrc/dwconv/*.cu.o
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -43,8 +47,22 @@ void point(const char* tag, int64_t n, int64_t h, int64_t w, int64_t c, int64_t 
               2.0 * ye * k * k / ms[10] / 1e9, cudaGetErrorString(cudaGetLastError()));
   cudaFree(x); cudaFree(y); cudaFree(wt);
 }
+// One point from the command line (for Nsight Compute, `.ci/gpu profile`):
+//   ./time_fwd <tag> f32|bf16|f16 N H W C K STRIDE
+bool point_from_args(int argc, char** argv) {
+  if (argc != 9) return false;
+  const std::string dtype = argv[2];
+  int64_t v[6];
+  for (int i = 0; i < 6; ++i) v[i] = std::atoll(argv[3 + i]);
+  if (dtype == "f32") point<float>(argv[1], v[0], v[1], v[2], v[3], v[4], v[5]);
+  else if (dtype == "bf16") point<__nv_bfloat16>(argv[1], v[0], v[1], v[2], v[3], v[4], v[5]);
+  else if (dtype == "f16") point<__half>(argv[1], v[0], v[1], v[2], v[3], v[4], v[5]);
+  else std::fprintf(stderr, "dtype %s: expected f32, bf16 or f16\n", argv[2]);
+  return true;
+}
 int main(int argc, char** argv) {
-  const char* tag = argv[1];
+  const char* tag = argc > 1 ? argv[1] : "run";
+  if (point_from_args(argc, argv)) return 0;
   for (int k : {3, 7, 13, 31, 51}) point<float>(tag, 128, 64, 64, 256, k, 1);
   for (int k : {3, 13, 31}) point<float>(tag, 128, 128, 128, 128, k, 1);
   for (int k : {3, 13, 51}) point<float>(tag, 128, 32, 32, 1024, k, 1);
