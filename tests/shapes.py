@@ -98,6 +98,9 @@ FUSION_CASES = [
     ConvCase("k13_c13", 1, 15, 17, 13, 13, 13),
     ConvCase("k3_s2", 2, 11, 12, 16, 3, 3, strides=2),
     ConvCase("k5_d2", 1, 13, 12, 8, 5, 5, dilation=2),
+    # fp16/bf16: the row-stream kernel with an epilogue, and with a prologue the
+    # tensor-core kernel it falls back to.
+    ConvCase("k7_c64", 1, 10, 20, 64, 7, 7),
 ]
 
 # Small enough for numerical differentiation.
