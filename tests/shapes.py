@@ -82,8 +82,10 @@ TEST_CASES = [
     # (the fp32 filter gradient's one-channel-per-lane tiles, TM 9 both).
     ConvCase("k11x9_s2x1_d2x1", 2, 23, 41, 40, 11, 9, strides=(2, 1), dilation=(2, 1)),
     ConvCase("k5x17_w100_c33", 1, 9, 100, 33, 5, 17),
-    # An 8-wide filter: the fp32 filter gradient's width 4 at TM 8, its only user.
+    # The fp32 filter gradient's width 4 at TM 8: 8, 31 and 15 taps wide.
     ConvCase("k3x8_c12", 1, 10, 19, 12, 3, 8),
+    ConvCase("k3x31_c20", 1, 7, 40, 20, 3, 31),
+    ConvCase("k15x15_c8", 1, 17, 18, 8, 15, 15),
     # Filter rows wider than one 16 KiB shared-memory stage: one row per stage and
     # more than 48 KiB of dynamic shared memory (fp32), so the launch raises the limit.
     ConvCase("wide_k3x200", 1, 4, 203, 8, 3, 200),

@@ -94,10 +94,12 @@ def test_filter_gradient_tiling():
   assert tiling(9, half_precision=True) == (8, 3)
   assert tiling(13, half_precision=True) == (4, 7)  # width 8 would compute 16
   assert tiling(31, half_precision=True) == (8, 4)  # 32 taps either way
-  # fp32: one channel per lane from 9 taps, TM 9 to 16.
+  # fp32: one channel per lane where its TM (9 to 16) computes fewer taps than width 4's.
   assert tiling(3, half_precision=False) == (4, 4)
   assert tiling(8, half_precision=False) == (4, 8)
-  assert tiling(9, half_precision=False) == (1, 9)
-  assert tiling(17, half_precision=False) == (1, 9)  # 18 taps
-  assert tiling(31, half_precision=False) == (1, 16)
-  assert tiling(51, half_precision=False) == (1, 13)  # 52 taps
+  assert tiling(9, half_precision=False) == (1, 9)  # width 4: TM 5, 10 taps
+  assert tiling(13, half_precision=False) == (1, 13)  # 13 against 14
+  assert tiling(17, half_precision=False) == (1, 9)  # 18 against 21
+  assert tiling(51, half_precision=False) == (1, 13)  # 52 against 56
+  assert tiling(21, half_precision=False) == (4, 7)  # 21 against 22
+  assert tiling(31, half_precision=False) == (4, 8)  # 32 either way

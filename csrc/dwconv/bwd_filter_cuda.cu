@@ -45,23 +45,20 @@ int64_t bwd_filter_taps_computed(const DwConvParams& p, int tm) { return (p.kern
 // k = 5 (5 -> 6) 0.981 -> 1.806, k = 7 (7 -> 8) 1.493 -> 2.078, k = 13 (14 -> 16)
 // 5.74 -> 6.95. So the wider load wins when the tiles waste nothing more, and one
 // wasted tap in 5 to 7 costs more than it gains.
-// fp32 takes width 1 (one channel per lane) from KW = 9. Measured on the H200, fp32
-// 128x64x64x256, ms width 4 -> width 1: k = 9 (taps 10 -> 9) 2.77 -> 2.03, k = 13
-// (14 -> 13) 3.49 -> 3.29, k = 17 (21 -> 18) 7.31 -> 5.26, k = 51 (56 -> 52) 64.3 ->
-// 46.2; with no fewer taps it lost 4-6%: k = 21 (21 -> 22) 7.28 -> 7.67, k = 31
-// (32 -> 32) 15.7 -> 16.3. Taking width 1 only where it computes fewer taps would
-// win those back, but would send fp32 to width 4 at TM 8, whose pointer-walked rows
-// have not yet run on a GPU; width 1 from 9 is what the GPU tests, sanitizers and
-// property sweep ran. fp16/bf16 never take it: at equal or fewer taps width 1 lost
-// to width 8 or 4 at k = 9, 13, 21, 27, 29, 31 and 51 (k = 29: 12.8 -> 17.8 ms), a
-// lane's 2-byte load moving an eighth of what a 16-byte load does; k = 17 alone won,
-// by 10%.
-constexpr int64_t kBwdFilterLaneMinKernelW = 9;
-
+// fp32 takes width 1 (one channel per lane) where its TM computes fewer taps than
+// width 4's. Measured on the H200, fp32 128x64x64x256, ms width 4 -> width 1: k = 9
+// (taps 10 -> 9) 2.77 -> 2.03, k = 13 (14 -> 13) 3.49 -> 3.29, k = 17 (21 -> 18)
+// 7.31 -> 5.26, k = 51 (56 -> 52) 64.3 -> 46.2; with no fewer taps it lost 4-6%:
+// k = 21 (21 -> 22) 7.28 -> 7.67, k = 31 (32 -> 32) 15.7 -> 16.3. fp16/bf16 never
+// take it: at equal or fewer taps width 1 lost to width 8 or 4 at k = 9, 13, 21, 27,
+// 29, 31 and 51 (k = 29: 12.8 -> 17.8 ms), a lane's 2-byte load moving an eighth of
+// what a 16-byte load does; k = 17 alone won, by 10%.
 BwdFilterTiling bwd_filter_tiling(const DwConvParams& p, bool half_precision) {
-  if (!half_precision && p.kernel_w >= kBwdFilterLaneMinKernelW) return {1, bwd_filter_best_tm(p, kBwdFilterTmWidth1)};
   const BwdFilterTiling narrow{4, bwd_filter_best_tm(p, kBwdFilterTmWidth4)};
-  if (!half_precision) return narrow;
+  if (!half_precision) {
+    const BwdFilterTiling lane{1, bwd_filter_best_tm(p, kBwdFilterTmWidth1)};
+    return bwd_filter_taps_computed(p, lane.tm) < bwd_filter_taps_computed(p, narrow.tm) ? lane : narrow;
+  }
   const BwdFilterTiling wide{8, bwd_filter_best_tm(p, kBwdFilterTmWidth8)};
   return bwd_filter_taps_computed(p, wide.tm) <= bwd_filter_taps_computed(p, narrow.tm) ? wide : narrow;
 }
