@@ -25,6 +25,10 @@
 #include "dwconv/epilogue.h"
 #include "dwconv/params.h"
 
+#ifndef FLASHDWC_ROWSTREAM_PREFETCH_ROWS
+#define FLASHDWC_ROWSTREAM_PREFETCH_ROWS 2
+#endif
+
 namespace flashdwc {
 
 template <typename T, int kTM_>
@@ -36,8 +40,11 @@ struct RowStreamTraits {
   static constexpr int kBlockChannels = kChannelGroups * kChannelsPerThread;  // 32 or 64
   static constexpr int kColumnThreads = kThreads / kChannelGroups;            // 16
   static constexpr int kStripWidth = kColumnThreads * kTM;                   // output columns per block
-  // Input rows in flight ahead of the rows being read.
-  static constexpr int kPrefetchRows = 2;
+  // Input rows in flight ahead of the rows being read. FLASHDWC_ROWSTREAM_PREFETCH_ROWS
+  // overrides it in A/B builds of benchmarks/cuda/time_fwd.cu: at 2, a 32-wide bf16
+  // strip keeps about 9 KB per block in flight and 128x32x32x1024 k = 3 reached 47%
+  // of the copy rate, against 60% for 64-wide strips (17 KB).
+  static constexpr int kPrefetchRows = FLASHDWC_ROWSTREAM_PREFETCH_ROWS;
 };
 
 // Problem-derived values computed once on the host.
