@@ -1,10 +1,10 @@
 // The filter gradient's launch on the GPU: the split kernel's grid, the choice of
 // its template instance, and run_dwconv_bwd_filter. A template here, instantiated
 // once per dtype in bwd_filter_cuda.cu, bwd_filter_cuda_f16.cu and
-// bwd_filter_cuda_bf16.cu, so that the build compiles them side by side: with the
-// 1, 4 and 8 channel widths, TMs, strides and vector variants the three dtypes make
-// 112 kernels, and with the forward launchers in one file nvcc -O3 took 441 s on
-// one core; the fp32 file alone takes 76 s.
+// bwd_filter_cuda_bf16.cu, so that the build compiles them side by side: the
+// channel widths (1 for fp32, 4, and 8 for fp16/bf16), TMs, strides and vector
+// variants make 72 kernels, and with the forward launchers in one file nvcc -O3
+// took 441 s on one core (then 112 kernels); the fp32 file alone takes 69 s.
 #pragma once
 
 #include <algorithm>
@@ -84,16 +84,17 @@ cudaError_t launch_bwd_filter_split_tm(const DwConvParams& p, const BwdFilterGri
   if constexpr (kWidth == 1) {  // one element per lane: no vector variant
     return p.stride_w == 1 ? launch_bwd_filter_split<T, kWidth, kTM, 1, false>(p, g, x, dy, ws, stream)
                            : launch_bwd_filter_split<T, kWidth, kTM, 2, false>(p, g, x, dy, ws, stream);
+  } else {  // (an else, so that width 1 instantiates no vector kernels it never launches)
+    constexpr size_t kLoadBytes = kWidth * sizeof(T);
+    const bool vec =
+        p.channels % kWidth == 0 && aligned(x, kLoadBytes) && aligned(dy, kLoadBytes) && aligned(ws, 16);
+    if (p.stride_w == 1) {
+      return vec ? launch_bwd_filter_split<T, kWidth, kTM, 1, true>(p, g, x, dy, ws, stream)
+                 : launch_bwd_filter_split<T, kWidth, kTM, 1, false>(p, g, x, dy, ws, stream);
+    }
+    return vec ? launch_bwd_filter_split<T, kWidth, kTM, 2, true>(p, g, x, dy, ws, stream)
+               : launch_bwd_filter_split<T, kWidth, kTM, 2, false>(p, g, x, dy, ws, stream);
   }
-  constexpr size_t kLoadBytes = kWidth * sizeof(T);
-  const bool vec =
-      p.channels % kWidth == 0 && aligned(x, kLoadBytes) && aligned(dy, kLoadBytes) && aligned(ws, 16);
-  if (p.stride_w == 1) {
-    return vec ? launch_bwd_filter_split<T, kWidth, kTM, 1, true>(p, g, x, dy, ws, stream)
-               : launch_bwd_filter_split<T, kWidth, kTM, 1, false>(p, g, x, dy, ws, stream);
-  }
-  return vec ? launch_bwd_filter_split<T, kWidth, kTM, 2, true>(p, g, x, dy, ws, stream)
-             : launch_bwd_filter_split<T, kWidth, kTM, 2, false>(p, g, x, dy, ws, stream);
 }
 
 template <typename T>
