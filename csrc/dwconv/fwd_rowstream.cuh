@@ -25,10 +25,6 @@
 #include "dwconv/epilogue.h"
 #include "dwconv/params.h"
 
-#ifndef FLASHDWC_ROWSTREAM_PREFETCH_ROWS
-#define FLASHDWC_ROWSTREAM_PREFETCH_ROWS 2
-#endif
-
 namespace flashdwc {
 
 template <typename T, int kTM_>
@@ -40,11 +36,10 @@ struct RowStreamTraits {
   static constexpr int kBlockChannels = kChannelGroups * kChannelsPerThread;  // 32 or 64
   static constexpr int kColumnThreads = kThreads / kChannelGroups;            // 16
   static constexpr int kStripWidth = kColumnThreads * kTM;                   // output columns per block
-  // Input rows in flight ahead of the rows being read. FLASHDWC_ROWSTREAM_PREFETCH_ROWS
-  // overrides it in A/B builds of benchmarks/cuda/time_fwd.cu: at 2, a 32-wide bf16
-  // strip keeps about 9 KB per block in flight and 128x32x32x1024 k = 3 reached 47%
-  // of the copy rate, against 60% for 64-wide strips (17 KB).
-  static constexpr int kPrefetchRows = FLASHDWC_ROWSTREAM_PREFETCH_ROWS;
+  // Input rows in flight ahead of the rows being read. 4 measured no faster on the
+  // H200 (bf16 128x32x32x1024 k = 3: 0.271 ms at 2, 0.284 at 4; fp16 k = 5 lost 13%):
+  // the narrow strips are limited by integer instructions, not bytes in flight.
+  static constexpr int kPrefetchRows = 2;
 };
 
 // Problem-derived values computed once on the host.
