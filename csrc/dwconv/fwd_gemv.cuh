@@ -15,7 +15,6 @@
 
 #include "common/cp_async.cuh"
 #include "common/cuda_types.cuh"
-#include "common/static_for.cuh"
 #include "dwconv/epilogue.h"
 #include "dwconv/params.h"
 
