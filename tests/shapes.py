@@ -90,6 +90,9 @@ TEST_CASES = [
     # more than 48 KiB of dynamic shared memory (fp32), so the launch raises the limit.
     ConvCase("wide_k3x200", 1, 4, 203, 8, 3, 200),
     ConvCase("wide_k63_c40", 1, 66, 64, 40, 63, 63),
+    # Tensor cores with images side by side: 4 per strip at W <= 32, so N = 5 fills
+    # one strip and leaves three quarters of the next without an image.
+    ConvCase("side_k9_n5", 5, 10, 20, 24, 9, 9),
 ]
 
 # One case per forward kernel family, for the fused epilogue and prologue tests:

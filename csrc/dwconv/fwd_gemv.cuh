@@ -15,7 +15,6 @@
 
 #include "common/cp_async.cuh"
 #include "common/cuda_types.cuh"
-#include "common/static_for.cuh"
 #include "dwconv/epilogue.h"
 #include "dwconv/params.h"
 
@@ -53,15 +52,20 @@ __device__ __forceinline__ void load_filter_rows(T* dst, const T* __restrict__ w
   constexpr int kWidth = Tr::kChannelsPerThread;
   const int kernel_w = int(p.kernel_w);
   if constexpr (kVec) {
+    // Row by row, so that splitting a chunk index divides by the constant
+    // kChannelGroups only: the flat form divided by the runtime row length, about
+    // 300 SASS instructions per copy loop.
     const int row_chunks = kernel_w * Tr::kChannelGroups;
-    const int chunks = int(kh_end - kh_begin) * row_chunks;
-    for (int q = threadIdx.x; q < chunks; q += Tr::kThreads) {
-      const int r = q / row_chunks, in_row = q % row_chunks;
-      const int kw = in_row / Tr::kChannelGroups, group = in_row % Tr::kChannelGroups;
-      const int64_t c = channel_base + group * kWidth;
-      const bool valid = c < p.channels;
-      const T* src = valid ? w + filter_tap(p, kh_begin + r, kw) * p.channels + c : w;
-      cp_async<16>(dst + q * kWidth, src, valid);
+    const int group = threadIdx.x % Tr::kChannelGroups;
+    const int64_t c = channel_base + group * kWidth;
+    const bool valid = c < p.channels;
+    for (int64_t kh = kh_begin; kh < kh_end; ++kh) {
+      T* dst_row = dst + (kh - kh_begin) * row_chunks * kWidth;
+      for (int in_row = threadIdx.x; in_row < row_chunks; in_row += Tr::kThreads) {
+        const int kw = in_row / Tr::kChannelGroups;
+        const T* src = valid ? w + filter_tap(p, kh, kw) * p.channels + c : w;
+        cp_async<16>(dst_row + in_row * kWidth, src, valid);
+      }
     }
   } else {
     const int row_elems = kernel_w * Tr::kBlockChannels;
@@ -113,15 +117,28 @@ __device__ __forceinline__ void gemv_row(float (&acc)[kTM][Vec16<T>::kWidth], co
     load16_masked<T, kVec>(x_row + iw * channels, inside ? channels_valid : 0, v);
     transform(v, inside);
   };
-  // The column the next tap loads. Unchecked vector loads walk it by pointer (one
-  // 64-bit add per tap), with no predicate and no zero fill: the interior chunk
-  // loop was 384 SASS instructions per 256 FFMA with the index form (v2).
+  // The column the next tap loads. Vector loads walk it by pointer (one 64-bit add
+  // per tap): the interior chunk loop was 384 SASS instructions per 256 FFMA with
+  // the index form (v2), 302 with the walk. Checked vector loads walk too, with one
+  // unsigned compare of a running column index, where the index form took 431 per
+  // 256 FFMA; the pointer is only dereferenced inside the image.
   const T* next_column = x_row + (base_iw + kw_begin + kWin - 1) * channels;
+  uint64_t next_iw = uint64_t(base_iw + kw_begin + kWin - 1);
   auto tap = [&](int k, int kw) {
-    if constexpr (!kChecked && kVec) {
-      Vec16<T>::load(next_column, win[(k + kWin - 1) % kWin]);
-      transform(win[(k + kWin - 1) % kWin], true);
+    if constexpr (kVec) {
+      float (&slot)[kWidth] = win[(k + kWin - 1) % kWin];
+      // A column left of the image wraps to a huge unsigned index: one compare
+      // covers both sides.
+      const bool inside = !kChecked || next_iw < uint64_t(in_w);
+      if (inside) {
+        Vec16<T>::load(next_column, slot);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kWidth; ++i) slot[i] = 0.0f;
+      }
+      transform(slot, inside);
       next_column += channels;
+      ++next_iw;
     } else {
       load_column(win[(k + kWin - 1) % kWin], base_iw + kw + kWin - 1);
     }
@@ -147,13 +164,14 @@ __device__ __forceinline__ void gemv_row(float (&acc)[kTM][Vec16<T>::kWidth], co
 #pragma unroll
     for (int k = 0; k < kWin; ++k) tap(k, kw0 + k);
   }
+  // The last partial chunk: one copy of the taps, each behind a warp-uniform guard,
+  // where one unrolled copy per remainder length made kWin - 1 copies (28 taps for
+  // TM 8, twice: interior and checked).
   const int remainder = kw_end - kw0;
-  static_for<1, kWin>([&](auto r) {
-    if (remainder == r.value) {
 #pragma unroll
-      for (int k = 0; k < r.value; ++k) tap(k, kw0 + k);
-    }
-  });
+  for (int k = 0; k < kWin - 1; ++k) {
+    if (k < remainder) tap(k, kw0 + k);
+  }
 }
 
 template <typename T, int kTM, int kStride, bool kVec, bool kPrologue, int kMinBlocksPerSM>

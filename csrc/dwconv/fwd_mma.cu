@@ -18,12 +18,19 @@ constexpr int64_t kMmaMaxKernelH = 1 << 20;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-MmaFwdGrid make_mma_fwd_grid(const DwConvParams& p) {
+// split: images side by side in a strip (fwd_mma.cuh, "Narrow maps"): 1, 2 or 4.
+MmaFwdGrid make_mma_fwd_grid(const DwConvParams& p, int split) {
   using Tr = MmaFwdTraits;
   MmaFwdGrid g;
   g.frags = int(ceil_div(p.kernel_w, Tr::kFrag));
-  // A reads columns up to 9F + 127 (odd F: the word holding the last element).
-  g.tile_cols = int(ceil_div(Tr::kFrag * g.frags + Tr::kStripW, 8) * 8);
+  // An image's A reads columns up to 9F + 128 / split - 1 of its sub-row (odd F:
+  // the word holding the last element).
+  g.split = split;
+  const int sub_cols = int(ceil_div(Tr::kFrag * g.frags + Tr::kStripW / split, 8) * 8);
+  g.tile_cols = split * sub_cols;
+  g.sub_pairs = sub_cols / 2;
+  g.sub_shift = split == 1 ? 4 : split == 2 ? 3 : 2;
+  g.hi_word = split == 1 ? 32 : split / 2 * g.sub_pairs;
   g.tile_rows = int(std::min<int64_t>(p.kernel_h + Tr::kRows - 1, Tr::kRingRows));
   int x_plane = g.tile_rows * g.tile_cols;
   // Plane stride of 4 mod 8 words: the two octets of a staging store hit disjoint banks.
@@ -46,6 +53,30 @@ size_t mma_fwd_smem_bytes(const MmaFwdGrid& g) { return size_t(g.meta_offset) + 
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// The block shared-memory limit of the current device, or 0 where it cannot be read.
+int max_smem_per_block() {
+  int device = 0, max_smem = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    // Clear the runtime's last error, so that a later launch does not report it.
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return max_smem;
+}
+
+// The most images per strip that the output width leaves room for and whose x
+// tile fits in shared memory; 1 always fits where fwd_mma_supports holds.
+MmaFwdGrid choose_mma_fwd_grid(const DwConvParams& p) {
+  const int max_smem = max_smem_per_block();
+  for (int split : {4, 2}) {
+    if (p.out_w * split > MmaFwdTraits::kStripW) continue;
+    const MmaFwdGrid g = make_mma_fwd_grid(p, split);
+    if (mma_fwd_smem_bytes(g) <= size_t(max_smem)) return g;
+  }
+  return make_mma_fwd_grid(p, 1);
+}
+
 bool empty_problem(const DwConvParams& p) {
   return p.batch <= 0 || p.out_h <= 0 || p.out_w <= 0 || p.channels <= 0;
 }
@@ -55,14 +86,15 @@ cudaError_t launch(const DwConvParams& p, const MmaFwdGrid& g, const T* x, const
                    cudaStream_t stream, const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
   using Tr = MmaFwdTraits;
   const size_t smem = mma_fwd_smem_bytes(g);
-  auto kernel = mma_fwd::dwconv_fwd_mma_kernel<T, kVec, kPrologue>;
+  auto kernel = g.split > 1 ? mma_fwd::dwconv_fwd_mma_kernel<T, kVec, kPrologue, true>
+                            : mma_fwd::dwconv_fwd_mma_kernel<T, kVec, kPrologue, false>;
   if (smem > 48 * 1024) {
     if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
         err != cudaSuccess) {
       return err;
     }
   }
-  const dim3 blocks(unsigned(p.batch * g.tiles_h * g.tiles_w),
+  const dim3 blocks(unsigned(ceil_div(p.batch, g.split) * g.tiles_h * g.tiles_w),
                     unsigned(ceil_div(p.channels, Tr::kBlockChannels)));
   kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, w, y, p, g, epilogue, prologue);
   return cudaGetLastError();
@@ -83,23 +115,16 @@ bool fwd_mma_supports(const DwConvParams& p) {
   if (tiles_w > INT32_MAX || tiles_h > INT32_MAX / tiles_w || p.batch > INT32_MAX / (tiles_h * tiles_w)) {
     return false;
   }
-  const MmaFwdGrid g = make_mma_fwd_grid(p);
+  const MmaFwdGrid g = make_mma_fwd_grid(p, 1);
   if (ceil_div(p.channels, Tr::kBlockChannels) > 65535) return false;
-  int device = 0, max_smem = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
-    // Clear the runtime's last error, so that a later launch does not report it.
-    (void)cudaGetLastError();
-    return false;
-  }
-  return mma_fwd_smem_bytes(g) <= size_t(max_smem);
+  return mma_fwd_smem_bytes(g) <= size_t(max_smem_per_block());
 }
 
 template <typename T>
 cudaError_t launch_fwd_mma(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
                            const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
   if (empty_problem(p)) return cudaSuccess;
-  const MmaFwdGrid g = make_mma_fwd_grid(p);
+  const MmaFwdGrid g = choose_mma_fwd_grid(p);
   const bool vec = p.channels % 8 == 0 && aligned16(x) && aligned16(w) && aligned16(y);
   // The prologue is a template flag: the kernels without it compile as before.
   if (prologue.active()) {

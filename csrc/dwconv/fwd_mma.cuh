@@ -35,6 +35,16 @@
 // up to fp32 summation order.
 // The output tile goes back through shared memory (aliasing the x tile), so
 // that global stores are 16-byte vectors of 8 channels.
+//
+// Narrow maps. Where the output is at most 64 (32) columns wide, a strip holds 2
+// (4) images side by side at the same output rows: segments 0-7 and 8-15 (or
+// four runs of 4) are the same columns of images n, n + 1 (..., n + 3). Each
+// image's columns are a sub-row of the x tile, with its own halo; the images share
+// the filter, so B and the A ring over filter rows are unchanged, and only the A
+// addresses, the staging and the final store know the image. With one image per
+// strip, a 64-wide map left half of every MMA on columns past the image (bf16
+// k = 31: 63.9 TFLOP/s on 128x64x64x256 against 104.9 on 128x128x128x128) and a
+// 32-wide map three quarters (35.8).
 #pragma once
 
 #include <cstdint>
@@ -77,10 +87,14 @@ struct MmaFwdGrid {
   int filter_rows;  // filter rows per stage: min(KH, kChunk)
   int x_bytes;      // offset of the filter stage in shared memory
   int meta_offset;  // offset of the block's ActiveRange in shared memory (16 bytes)
-  // Block index = (n * tiles_h + tile row) * tiles_w + tile column; the host
-  // keeps the product <= INT32_MAX, so all three fit in 32 bits.
+  // Block index = (n / split * tiles_h + tile row) * tiles_w + tile column; the
+  // host keeps the product <= INT32_MAX, so all three fit in 32 bits.
   uint32_t tiles_w;  // ceil(out_w / 128)
   uint32_t tiles_h;  // ceil(out_h / 8)
+  int split;         // images side by side in a strip: 1, 2 (out_w <= 64) or 4 (<= 32)
+  int sub_pairs;     // 32-bit words per image in an x tile row: tile_cols / 2 / split
+  int sub_shift;     // log2 of the segments per image: 4, 3 or 2
+  int hi_word;       // A word of segment g + 8 relative to segment g: 32 (split 1) or split / 2 * sub_pairs
 };
 
 namespace mma_fwd {
@@ -96,7 +110,7 @@ struct BlockTile {
     BlockTile t;
     t.col0 = int64_t(bx - rest * g.tiles_w) * MmaFwdTraits::kStripW;
     t.oh0 = int64_t(rest % g.tiles_h) * MmaFwdTraits::kRows;
-    t.n = rest / g.tiles_h;
+    t.n = int64_t(rest / g.tiles_h) * g.split;  // the first of the strip's images
     t.channel_base = int64_t(blockIdx.y) * MmaFwdTraits::kBlockChannels;
     return t;
   }
@@ -133,6 +147,12 @@ struct LaneConsts {
     c.mask0 = (d0 >= 0 ? 0x0000ffffu : 0u) | (d0 >= -1 ? 0xffff0000u : 0u);
     c.mask1 = (d0 <= 0 ? 0x0000ffffu : 0u) | (d0 <= -1 ? 0xffff0000u : 0u);
     return c;
+  }
+  // The x-tile word of column 2tig of segment g: segment g is segment g mod
+  // (16 / split) of image g / (16 / split), whose sub-row starts sub_pairs words on.
+  __device__ __forceinline__ static int a_word(const MmaFwdGrid& g) {
+    const int lane = int(thread_index() % 32), gid = lane / 4, tig = lane % 4;
+    return (gid >> g.sub_shift) * g.sub_pairs + 4 * (gid & ((1 << g.sub_shift) - 1)) + tig;
   }
 };
 
@@ -248,7 +268,7 @@ __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __rest
   using Tr = MmaFwdTraits;
   const BlockTile t = BlockTile::current(g);
   const int64_t ih0 = t.oh0 - p.pad_top, iw0 = t.col0 - p.pad_left;
-  const int64_t n = t.n, channel_base = t.channel_base;
+  const int64_t channel_base = t.channel_base;
   const int pairs = g.tile_cols / 2;
   const int plane_w = g.x_plane / 2;
   const int items = (row_end - row_begin) * pairs * Tr::kOctets;
@@ -259,10 +279,13 @@ __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __rest
     const int rest = it / Tr::kOctets;
     const int q = rest % pairs;
     const int i = row_begin + rest / pairs;
+    // Word q of the row is word q mod sub_pairs of image t.n + q / sub_pairs.
+    const int sub = q / g.sub_pairs;
+    const int64_t n = t.n + sub;
     const int64_t ih = ih0 + i;
-    const int64_t iw = iw0 + 2 * q;
+    const int64_t iw = iw0 + 2 * (q - sub * g.sub_pairs);
     const int64_t c = channel_base + 8 * octet;
-    const bool row_ok = ih >= 0 && ih < p.in_h && c < p.channels;
+    const bool row_ok = n < p.batch && ih >= 0 && ih < p.in_h && c < p.channels;
     const bool ok0 = row_ok && iw >= 0 && iw < p.in_w;
     const bool ok1 = row_ok && iw + 1 >= 0 && iw + 1 < p.in_w;
     const int64_t offset = ((n * p.in_h + ih) * p.in_w + iw) * p.channels + c;
@@ -328,9 +351,13 @@ __device__ __forceinline__ void stage_filter(uint16_t* fs, const uint16_t* __res
 // and the ring need.
 // kOdd: 9f is odd, so each A pair straddles two words and is extracted with a
 // byte permute.
-template <typename T, bool kOdd, int kSteps>
+// hi: words from segment g's A word to segment g + 8's (MmaFwdGrid::hi_word),
+// read only with kNarrow; otherwise it is the constant 32, which keeps one image
+// per strip at the instruction count it had (a runtime offset cost the hot loop of
+// the bf16 kernel 384 more SASS instructions per 1152 HMMA).
+template <typename T, bool kOdd, int kSteps, bool kNarrow>
 __device__ __forceinline__ void mma_chunk(float (&acc)[MmaFwdTraits::kRows][4], const uint32_t* xa,
-                                          const uint32_t* xa_wrap, int row_w, const uint32_t* fb,
+                                          const uint32_t* xa_wrap, int row_w, int hi, const uint32_t* fb,
                                           int filter_stride_w, uint32_t mask0, uint32_t mask1) {
   using Tr = MmaFwdTraits;
   constexpr int R = Tr::kRows;
@@ -338,18 +365,20 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[MmaFwdTraits::kRows][4], 
   // Fragment layout (row-major A, PTX m16n8k16 .f16/.bf16): register 0 = row g,
   // columns 2tig..+1; 1 = row g + 8, same columns; 2 = row g, columns 2tig+8..+9;
   // 3 = row g + 8, columns 2tig+8..+9. Row m is 8 columns (4 words) further
-  // along the strip, so row g + 8 is 32 words on and column + 8 is 4 words on.
+  // along its image's sub-row, so row g + 8 is `hi` words on (32 with one image
+  // per strip) and column + 8 is 4 words on.
   auto load_a = [&](uint32_t(&a)[4]) {
+    const uint32_t* xb = xa + (kNarrow ? hi : 32);
     if constexpr (kOdd) {
       a[0] = __byte_perm(xa[0], xa[1], 0x5432);
-      a[1] = __byte_perm(xa[32], xa[33], 0x5432);
+      a[1] = __byte_perm(xb[0], xb[1], 0x5432);
       a[2] = __byte_perm(xa[4], xa[5], 0x5432);
-      a[3] = __byte_perm(xa[36], xa[37], 0x5432);
+      a[3] = __byte_perm(xb[4], xb[5], 0x5432);
     } else {
       a[0] = xa[0];
-      a[1] = xa[32];
+      a[1] = xb[0];
       a[2] = xa[4];
-      a[3] = xa[36];
+      a[3] = xb[4];
     }
     xa += row_w;
     if (xa >= xa_wrap) xa -= Tr::kRingRows * row_w;
@@ -368,7 +397,8 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[MmaFwdTraits::kRows][4], 
   }
 }
 
-template <typename T, bool kVec, bool kPrologue>
+// kNarrow: more than one image per strip (MmaFwdGrid::split > 1).
+template <typename T, bool kVec, bool kPrologue, bool kNarrow>
 __global__ void __launch_bounds__(MmaFwdTraits::kThreads, 2)
 dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, T* __restrict__ y_ptr,
                       DwConvParams p, MmaFwdGrid g, FwdEpilogue epilogue, FwdPrologue prologue) {
@@ -418,8 +448,9 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
       const LaneConsts lc = LaneConsts::make();
       // Offsets of this lane's A and B words within a channel's planes.
       const int f_word = (Tr::kFrag * f) >> 1;
-      const int a_off = lc.word + f_word + slot0 * row_w;
-      const int wrap_off = lc.word + f_word + Tr::kRingRows * row_w;
+      const int a_word = LaneConsts::a_word(g);
+      const int a_off = a_word + f_word + slot0 * row_w;
+      const int wrap_off = a_word + f_word + Tr::kRingRows * row_w;
       // Pair (h, h + 1): copy 0 at word h / 2 when h is even, copy 1 (shifted
       // by one element, wp / 2 words on) at word (h - 1) / 2 when h is odd.
       const int h = lc.h0 + Tr::kFrag * f;
@@ -431,12 +462,12 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
           const uint32_t* xc = xs + ch * plane_w;
           const uint32_t* fb = reinterpret_cast<const uint32_t*>(fs) + ch * wp + b_off;  // chunk row 0
           if (steps == Tr::kChunk) {
-            mma_chunk<T, odd.value, Tr::kChunk>(acc[cc], xc + a_off, xc + wrap_off, row_w, fb, filter_stride_w,
-                                                lc.mask0, lc.mask1);
+            mma_chunk<T, odd.value, Tr::kChunk, kNarrow>(acc[cc], xc + a_off, xc + wrap_off, row_w, g.hi_word, fb,
+                                                filter_stride_w, lc.mask0, lc.mask1);
           } else {
             static_for<1, Tr::kChunk>([&](auto k) {
               if (steps == k.value) {
-                mma_chunk<T, odd.value, k.value>(acc[cc], xc + a_off, xc + wrap_off, row_w, fb,
+                mma_chunk<T, odd.value, k.value, kNarrow>(acc[cc], xc + a_off, xc + wrap_off, row_w, g.hi_word, fb,
                                                  filter_stride_w, lc.mask0, lc.mask1);
               }
             });
@@ -481,10 +512,14 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
     const int octet = it % Tr::kOctets;
     const int q = (it / Tr::kOctets) % kPairs;
     const int r = it / (Tr::kOctets * kPairs);
+    // Strip column 2q is column 2q mod (128 / split) of image t.n + 2q / (128 / split).
+    const int sub_shift_cols = g.sub_shift + 3;  // log2 of the columns per image
+    const int sub = (2 * q) >> sub_shift_cols;
+    const int64_t n = t.n + sub;
     const int64_t oh = t.oh0 + r;
-    const int64_t ow = t.col0 + 2 * q;
+    const int64_t ow = t.col0 + 2 * q - (sub << sub_shift_cols);
     const int64_t c = t.channel_base + 8 * octet;
-    if (oh >= p.out_h || ow >= p.out_w || c >= p.channels) continue;
+    if (n >= p.batch || oh >= p.out_h || ow >= p.out_w || c >= p.channels) continue;
     const uint32_t* src = os + 8 * octet * kOutPlaneW + r * kOutRowW + q;
     uint32_t v[8];
 #pragma unroll
@@ -501,7 +536,7 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
                         apply_activation(epilogue.activation, to_float(unpack_hi<T>(v[k])) + bias));
       }
     }
-    uint16_t* dst = y + ((t.n * p.out_h + oh) * p.out_w + ow) * p.channels + c;
+    uint16_t* dst = y + ((n * p.out_h + oh) * p.out_w + ow) * p.channels + c;
     const bool second = ow + 1 < p.out_w;
     if constexpr (kVec) {
       uint4 lo, hi;

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/cp_async.cuh"
 #include "common/cuda_types.cuh"
@@ -54,12 +55,27 @@ struct RowStreamGrid {
   int ring_rows;
 };
 
-// Bytes of dynamic shared memory: the ring of input rows, then the filter slice.
+// Bytes of dynamic shared memory: the ring of input rows, then the filter slice
+// (always fp32, see the kernel).
 template <typename T, int kTM>
 constexpr int64_t rowstream_smem_bytes(int64_t kernel_h, int64_t kernel_w) {
   using Tr = RowStreamTraits<T, kTM>;
   const int64_t row_bytes = (Tr::kStripWidth + kernel_w - 1) * Tr::kBlockChannels * int64_t(sizeof(T));
-  return (kernel_h + Tr::kPrefetchRows) * row_bytes + kernel_h * kernel_w * Tr::kBlockChannels * int64_t(sizeof(T));
+  return (kernel_h + Tr::kPrefetchRows) * row_bytes + kernel_h * kernel_w * Tr::kBlockChannels * int64_t(sizeof(float));
+}
+
+// The filter slice in shared memory is fp32 for every storage type, laid out
+// (tap, quarter, channel group, 4): each thread's 16-byte channel group is split
+// into 4-channel quarters so that the 8 groups' reads of one quarter are 128
+// contiguous bytes (one wavefront, no bank conflict). fp32 has one quarter.
+template <typename T, int kTM>
+__device__ __forceinline__ void load_filter_tap_shared(const float* w_row, float (&v)[Vec16<T>::kWidth]) {
+  using Tr = RowStreamTraits<T, kTM>;
+#pragma unroll
+  for (int q = 0; q < Vec16<T>::kWidth / 4; ++q) {
+    const float4 f = *reinterpret_cast<const float4*>(w_row + q * Tr::kChannelGroups * 4);
+    v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
+  }
 }
 
 // 4 resident blocks per SM cap the registers at 128: fp16/bf16 with kTM = 4 took
@@ -74,8 +90,12 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
   constexpr int kRowElems = kRowColumns * Tr::kBlockChannels;
   constexpr int kRowChunks = kRowColumns * Tr::kChannelGroups;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* ring = reinterpret_cast<T*>(smem_raw);                // (ring_rows, kRowColumns, kBlockChannels)
-  T* w_smem = ring + int64_t(grid.ring_rows) * kRowElems;  // (KH, KW, kBlockChannels)
+  T* ring = reinterpret_cast<T*>(smem_raw);  // (ring_rows, kRowColumns, kBlockChannels)
+  // (KH, KW, quarter, channel group, 4) in fp32. Half types convert their filter once
+  // here instead of on every use: per output row and filter row the bf16 kTM = 2 loop
+  // spent 24 of its 159 SASS instructions unpacking the 3 taps' bf16 pairs, for 48
+  // FFMA, and Nsight Compute found the kernel ALU-bound (65%) on 32-wide strips.
+  float* w_smem = reinterpret_cast<float*>(ring + int64_t(grid.ring_rows) * kRowElems);
 
   const int kernel_h = int(p.kernel_h);
   const int64_t strip = int64_t(blockIdx.x) % grid.strips;
@@ -108,13 +128,26 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
     }
   };
 
-  // The filter slice of the block's channels, with the first rows.
+  // The filter slice of the block's channels, with the first rows: fp32 by cp.async,
+  // half types through registers (the first __syncthreads below publishes both).
   const int filter_chunks = kernel_h * kKW * Tr::kChannelGroups;
   for (int q = threadIdx.x; q < filter_chunks; q += Tr::kThreads) {
     const int tap = q / Tr::kChannelGroups, grp = q % Tr::kChannelGroups;
     const int64_t c = channel_base + grp * kWidth;
     const bool valid = c < p.channels;
-    cp_async<16>(w_smem + q * kWidth, valid ? w + filter_tap(p, tap / kKW, tap % kKW) * p.channels + c : w, valid);
+    const T* src = valid ? w + filter_tap(p, tap / kKW, tap % kKW) * p.channels + c : w;
+    float* dst = w_smem + tap * Tr::kBlockChannels + grp * 4;
+    if constexpr (std::is_same_v<T, float>) {
+      cp_async<16>(dst, src, valid);
+    } else {
+      float v[kWidth] = {};
+      if (valid) Vec16<T>::load(src, v);
+#pragma unroll
+      for (int quarter = 0; quarter < kWidth / 4; ++quarter) {
+        *reinterpret_cast<float4*>(dst + quarter * Tr::kChannelGroups * 4) =
+            make_float4(v[4 * quarter], v[4 * quarter + 1], v[4 * quarter + 2], v[4 * quarter + 3]);
+      }
+    }
   }
   // Rows 0 .. ring_rows - 2, one commit group each (empty groups past the last row
   // keep the count that cp_async_wait relies on).
@@ -128,7 +161,7 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
   const int64_t c0 = channel_base + group * kWidth;
   const bool channels_valid = c0 < p.channels;
   const int64_t ow0 = ow_begin + column_thread * kTM;
-  const T* w_thread = w_smem + group * kWidth;
+  const float* w_thread = w_smem + group * 4;
 
   float bias[kWidth] = {};
   if (epilogue.bias != nullptr && channels_valid) {
@@ -136,7 +169,10 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
     for (int i = 0; i < kWidth; ++i) bias[i] = to_float(static_cast<const T*>(epilogue.bias)[c0 + i]);
   }
 
-  for (int o = 0; o < rows; ++o) {
+  // Ring slot of output row o's first input row, (o % ring_rows) kept by increments:
+  // the modulo per filter row was an integer division sequence inside the loop.
+  int first_slot = 0;
+  for (int o = 0; o < rows; ++o, first_slot = first_slot + 1 == grid.ring_rows ? 0 : first_slot + 1) {
     // Committed so far: rows up to o + ring_rows - 2; rows up to o + KH - 1 must
     // have landed, so kPrefetchRows - 1 groups may still be in flight.
     cp_async_wait<Tr::kPrefetchRows - 1>();
@@ -151,10 +187,10 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
     for (int t = 0; t < kTM; ++t)
 #pragma unroll
       for (int i = 0; i < kWidth; ++i) acc[t][i] = 0.0f;
-    for (int kh = 0; kh < kernel_h; ++kh) {
-      const T* row = ring + int64_t((o + kh) % grid.ring_rows) * kRowElems +
-                     (column_thread * kTM) * Tr::kBlockChannels + group * kWidth;
-      const T* w_row = w_thread + kh * kKW * Tr::kBlockChannels;
+    int slot = first_slot;
+    for (int kh = 0; kh < kernel_h; ++kh, slot = slot + 1 == grid.ring_rows ? 0 : slot + 1) {
+      const T* row = ring + int64_t(slot) * kRowElems + (column_thread * kTM) * Tr::kBlockChannels + group * kWidth;
+      const float* w_row = w_thread + kh * kKW * Tr::kBlockChannels;
       // Width-first window as in gemv_row: at tap kw, slot (kw + j) % kTM holds
       // column kw + j; output t reads column kw + t.
       float win[kTM][kWidth];
@@ -164,7 +200,7 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
       for (int kw = 0; kw < kKW; ++kw) {
         Vec16<T>::load_shared(row + (kw + kTM - 1) * Tr::kBlockChannels, win[(kw + kTM - 1) % kTM]);
         float wv[kWidth];
-        Vec16<T>::load_shared(w_row + kw * Tr::kBlockChannels, wv);
+        load_filter_tap_shared<T, kTM>(w_row + kw * Tr::kBlockChannels, wv);
 #pragma unroll
         for (int t = 0; t < kTM; ++t)
 #pragma unroll

@@ -237,6 +237,11 @@ int main(int argc, char** argv) {
       {"3x127 W20 C16", 1, 4, 20, 16, 3, 127, 1, 63, 4, 20, false},
       {"29x3 tall pad C16", 2, 6, 10, 16, 29, 3, 20, 1, 30, 10, false},
       same("k63 same C16", 1, 70, 70, 16, 63, 63),
+      // Images side by side in a strip: 4 per strip (W <= 32) over two strips, the
+      // last holding one image; 2 per strip (W <= 64) with an odd N; W = 33.
+      same("k7 same C16 W32 N5", 5, 12, 32, 16, 7, 7),
+      same("k9 same C24 W64 N3", 3, 10, 64, 24, 9, 9),
+      same("k13 same C16 W33 N2", 2, 14, 33, 16, 13, 13),
       same("3x127 same C16", 1, 10, 300, 16, 3, 127),
       same("k3 C4000", 1, 9, 9, 4000, 3, 3),
   };
