@@ -158,8 +158,8 @@ __device__ __forceinline__ void gemv_row(float (&acc)[kTM][Vec16<T>::kWidth], co
 #pragma unroll
   for (int j = 0; j < kWin - 1; ++j) load_column(win[j], base_iw + kw_begin + j);
   int kw0 = kw_begin;
-  // Whole chunks and the remainder are both unrolled without per-tap guards, so
-  // the compiler can issue each chunk's loads ahead of its FMAs.
+  // Whole chunks are unrolled without per-tap guards, so the compiler can issue
+  // each chunk's loads ahead of its FMAs.
   for (; kw0 + kWin <= kw_end; kw0 += kWin) {
 #pragma unroll
     for (int k = 0; k < kWin; ++k) tap(k, kw0 + k);
