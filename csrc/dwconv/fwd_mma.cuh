@@ -104,13 +104,15 @@ namespace mma_fwd {
 // needs 96 of its 128 registers for the accumulators and the A ring.
 struct BlockTile {
   int64_t n, oh0, col0, channel_base;
+  // kNarrow: more than one image per strip; with one, n needs no multiply by split.
+  template <bool kNarrow>
   __device__ __forceinline__ static BlockTile current(const MmaFwdGrid& g) {
     const uint32_t bx = blockIdx.x;
     const uint32_t rest = bx / g.tiles_w;
     BlockTile t;
     t.col0 = int64_t(bx - rest * g.tiles_w) * MmaFwdTraits::kStripW;
     t.oh0 = int64_t(rest % g.tiles_h) * MmaFwdTraits::kRows;
-    t.n = int64_t(rest / g.tiles_h) * g.split;  // the first of the strip's images
+    t.n = int64_t(rest / g.tiles_h) * (kNarrow ? g.split : 1);  // the first of the strip's images
     t.channel_base = int64_t(blockIdx.y) * MmaFwdTraits::kBlockChannels;
     return t;
   }
@@ -164,7 +166,7 @@ struct ActiveRange {
   int kh_begin, kh_end, f_begin, f_end;
   __device__ __forceinline__ static ActiveRange make(const DwConvParams& p, const MmaFwdGrid& g) {
     using Tr = MmaFwdTraits;
-    const BlockTile t = BlockTile::current(g);
+    const BlockTile t = BlockTile::current<false>(g);  // n is not read
     const int64_t ih0 = t.oh0 - p.pad_top, iw0 = t.col0 - p.pad_left;
     constexpr int64_t kSpan = Tr::kStripW + 7;  // last column a fragment reads: 8 * 15 + 15
     ActiveRange a;
@@ -261,12 +263,14 @@ __device__ __forceinline__ uint32_t prologue_pair(const FwdPrologue& prologue, u
 // 16-byte loads, then per channel one 32-bit store of the column pair (the
 // transpose from NHWC).
 // kPrologue: the prologue is applied to the elements inside the image.
-template <typename T, bool kVec, bool kPrologue>
+// kNarrow: more than one image per strip; with one, the image of every item is the
+// strip's, and no division finds it.
+template <typename T, bool kVec, bool kPrologue, bool kNarrow>
 __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __restrict__ x, const DwConvParams& p,
                                             const MmaFwdGrid& g, int row_begin, int row_end,
                                             const FwdPrologue& prologue) {
   using Tr = MmaFwdTraits;
-  const BlockTile t = BlockTile::current(g);
+  const BlockTile t = BlockTile::current<kNarrow>(g);
   const int64_t ih0 = t.oh0 - p.pad_top, iw0 = t.col0 - p.pad_left;
   const int64_t channel_base = t.channel_base;
   const int pairs = g.tile_cols / 2;
@@ -280,12 +284,12 @@ __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __rest
     const int q = rest % pairs;
     const int i = row_begin + rest / pairs;
     // Word q of the row is word q mod sub_pairs of image t.n + q / sub_pairs.
-    const int sub = q / g.sub_pairs;
+    const int sub = kNarrow ? q / g.sub_pairs : 0;
     const int64_t n = t.n + sub;
     const int64_t ih = ih0 + i;
     const int64_t iw = iw0 + 2 * (q - sub * g.sub_pairs);
     const int64_t c = channel_base + 8 * octet;
-    const bool row_ok = n < p.batch && ih >= 0 && ih < p.in_h && c < p.channels;
+    const bool row_ok = (!kNarrow || n < p.batch) && ih >= 0 && ih < p.in_h && c < p.channels;
     const bool ok0 = row_ok && iw >= 0 && iw < p.in_w;
     const bool ok1 = row_ok && iw + 1 >= 0 && iw + 1 < p.in_w;
     const int64_t offset = ((n * p.in_h + ih) * p.in_w + iw) * p.channels + c;
@@ -439,7 +443,7 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
     // passed.
     const int row_begin = k0 == active->kh_begin ? k0 : k0 + R - 1;
     const int row_end = k0 + steps + R - 1;
-    stage_input<T, kVec, kPrologue>(xs, x, p, g, row_begin, row_end, prologue);
+    stage_input<T, kVec, kPrologue, kNarrow>(xs, x, p, g, row_begin, row_end, prologue);
     stage_filter<kVec>(fs, w, p, g, k0, steps);
     __syncthreads();
 
@@ -448,7 +452,7 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
       const LaneConsts lc = LaneConsts::make();
       // Offsets of this lane's A and B words within a channel's planes.
       const int f_word = (Tr::kFrag * f) >> 1;
-      const int a_word = LaneConsts::a_word(g);
+      const int a_word = kNarrow ? LaneConsts::a_word(g) : lc.word;
       const int a_off = a_word + f_word + slot0 * row_w;
       const int wrap_off = a_word + f_word + Tr::kRingRows * row_w;
       // Pair (h, h + 1): copy 0 at word h / 2 when h is even, copy 1 (shifted
@@ -504,7 +508,7 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
   __syncthreads();
 
   // Output tile to NHWC: an item is two adjacent columns x 8 channels.
-  const BlockTile t = BlockTile::current(g);
+  const BlockTile t = BlockTile::current<kNarrow>(g);
   constexpr int kPairs = Tr::kStripW / 2;
   constexpr int kItems = R * kPairs * Tr::kOctets;
 #pragma unroll 2
@@ -514,12 +518,12 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
     const int r = it / (Tr::kOctets * kPairs);
     // Strip column 2q is column 2q mod (128 / split) of image t.n + 2q / (128 / split).
     const int sub_shift_cols = g.sub_shift + 3;  // log2 of the columns per image
-    const int sub = (2 * q) >> sub_shift_cols;
+    const int sub = kNarrow ? (2 * q) >> sub_shift_cols : 0;
     const int64_t n = t.n + sub;
     const int64_t oh = t.oh0 + r;
     const int64_t ow = t.col0 + 2 * q - (sub << sub_shift_cols);
     const int64_t c = t.channel_base + 8 * octet;
-    if (n >= p.batch || oh >= p.out_h || ow >= p.out_w || c >= p.channels) continue;
+    if ((kNarrow && n >= p.batch) || oh >= p.out_h || ow >= p.out_w || c >= p.channels) continue;
     const uint32_t* src = os + 8 * octet * kOutPlaneW + r * kOutRowW + q;
     uint32_t v[8];
 #pragma unroll
