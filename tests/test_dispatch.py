@@ -84,6 +84,43 @@ def test_filter_gradient_workspace_is_whole_fp32_slices(half_precision):
                                                 half_precision=half_precision) == 0  # the direct kernel
 
 
+def _bwd_filter_pick(native, case, half_precision):
+  sh, sw = pair(case.strides)
+  dh, dw = pair(case.dilation)
+  out_w = (case.w - 1) // sw + 1  # any width: the choice depends on it only through shared memory
+  return native.cuda_bwd_filter_kernel(channels=case.c, in_h=case.h, in_w=case.w, out_w=out_w, kernel_h=case.kh,
+                                       kernel_w=case.kw, stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw,
+                                       half_precision=half_precision)
+
+
+@pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
+def test_filter_gradient_dispatch_covers_every_kernel():
+  import jax
+
+  try:
+    has_gpu = bool(jax.devices("gpu"))
+  except RuntimeError:
+    has_gpu = False
+  if not has_gpu:
+    pytest.skip("the tensor-core kernel checks the device's shared memory; no GPU present")
+  native = _ffi._jax_flashdwc
+  chosen = {}
+  for case in TEST_CASES:
+    sh, sw = pair(case.strides)
+    dh, dw = pair(case.dilation)
+    if sw > 2 or dw > 1:
+      expected = "direct"
+    elif (sh, sw, dh, dw) == (1, 1, 1, 1) and case.kw <= 64:
+      expected = "mma"
+    else:
+      expected = "split"
+    assert _bwd_filter_pick(native, case, half_precision=True) == expected, case.name
+    # fp32 never takes tensor cores.
+    assert _bwd_filter_pick(native, case, half_precision=False) == ("split" if expected == "mma" else expected)
+    chosen.setdefault(expected, []).append(case.name)
+  assert len(chosen["mma"]) >= 20 and len(chosen["split"]) >= 5 and len(chosen["direct"]) >= 3, chosen
+
+
 @pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
 def test_filter_gradient_tiling():
   tiling = _ffi._jax_flashdwc.cuda_bwd_filter_tiling
