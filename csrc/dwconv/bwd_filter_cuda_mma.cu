@@ -22,9 +22,10 @@ int round_up_mod32(int64_t at_least, int residue) {
   return int(n);
 }
 
+// The input planes, the dy ring, and one row of zeros after it.
 int64_t smem_bytes(const MmaBwdFilterGrid& g) {
   using Tr = MmaBwdFilterTraits;
-  return int64_t(g.dy_offset) + int64_t(Tr::kBlockChannels) * g.ring_rows * g.dy_words * 4;
+  return int64_t(g.dy_offset) + (int64_t(Tr::kBlockChannels) * g.ring_rows + 1) * g.dy_words * 4;
 }
 
 // The block shared-memory limit of the current device, or 0 where it cannot be read.
@@ -92,6 +93,21 @@ bool bwd_filter_mma_applies(const DwConvParams& p) {
   return smem_bytes(g) <= max_smem;
 }
 
+// The kernel instance for the block's tile grid (m_tiles x n_per_group, at most 4).
+template <typename T, bool kVec>
+auto mma_kernel_for(const MmaBwdFilterGrid& g) {
+  switch (g.m_tiles * 8 + g.n_per_group) {
+    case 8 + 1: return dwconv_bwd_filter_mma_kernel<T, kVec, 1, 1>;
+    case 8 + 2: return dwconv_bwd_filter_mma_kernel<T, kVec, 1, 2>;
+    case 8 + 3: return dwconv_bwd_filter_mma_kernel<T, kVec, 1, 3>;
+    case 8 + 4: return dwconv_bwd_filter_mma_kernel<T, kVec, 1, 4>;
+    case 16 + 1: return dwconv_bwd_filter_mma_kernel<T, kVec, 2, 1>;
+    case 16 + 2: return dwconv_bwd_filter_mma_kernel<T, kVec, 2, 2>;
+    case 24 + 1: return dwconv_bwd_filter_mma_kernel<T, kVec, 3, 1>;
+    default: return dwconv_bwd_filter_mma_kernel<T, kVec, 4, 1>;  // m_tiles 4 (KW <= 64)
+  }
+}
+
 template <typename T>
 cudaError_t launch_bwd_filter_mma(const DwConvParams& p, const T* x, const T* dy, float* workspace,
                                   int64_t slices, cudaStream_t stream) {
@@ -99,7 +115,7 @@ cudaError_t launch_bwd_filter_mma(const DwConvParams& p, const T* x, const T* dy
   const MmaBwdFilterGrid g = make_grid(p, slices, max_smem_per_block());
   const int64_t chunks = slices > 0 ? slices : ceil_div(g.rows, g.rows_per_split);
   const bool vec = p.channels % 8 == 0 && aligned16(x) && aligned16(dy);
-  auto kernel = vec ? dwconv_bwd_filter_mma_kernel<T, true> : dwconv_bwd_filter_mma_kernel<T, false>;
+  auto kernel = vec ? mma_kernel_for<T, true>(g) : mma_kernel_for<T, false>(g);
   const int64_t smem = smem_bytes(g);
   if (smem > 48 * 1024) {
     if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));

@@ -10,11 +10,13 @@
 // the fp32 workspace once, as the split kernel does (atomic or one slice per chunk).
 //
 // Block: 4 warps, 8 channels (one 16-byte group per pixel), 2 channels per warp, and
-// the tiles of all kw for a group of filter rows: at most kMaxTiles (M tile, N tile)
-// pairs, 2 x 4 x 4 = 32 accumulator registers per lane. Per input row the block
-// stages the row's 8 channel planes and one new row of dy into a ring that holds
-// the dy rows of the group's filter rows; then every warp runs, for each 16 output
-// columns and each of its channels, one MMA per tile.
+// the tiles of all kw for a group of filter rows: kMTiles x kNTiles <= kMaxTiles
+// (M tile, N tile) pairs, at most 2 x 4 x 4 = 32 accumulator registers per lane. Per
+// input row the block stages the row's 8 channel planes and one new row of dy into a
+// ring that holds the dy rows of the group's filter rows; then every warp runs, for
+// each 16 output columns and each of its channels, one MMA per tile, loading A once
+// per M tile and B once per N tile (5.8-8.6 SASS instructions per MMA in the loop;
+// with the tile count a runtime value and a select per B load, 16).
 //
 // A is Toeplitz (A[r][c] depends on r + c), so a lane's four A registers are the
 // column pairs starting at e, e + 8, e + 8 and e + 16 of the input plane, with
@@ -112,12 +114,16 @@ __device__ __forceinline__ void stage_dy_row(uint16_t* ds, const uint16_t* __res
 
 }  // namespace mma_bwd_filter
 
-template <typename T, bool kVec>
+// kMTiles x kNTiles: the block's (M tile, N tile) grid, m_tiles x n_per_group. The
+// last group of filter rows may have fewer N tiles; its rows past KH read the zero
+// row and are never stored.
+template <typename T, bool kVec, int kMTiles, int kNTiles>
 __global__ void __launch_bounds__(MmaBwdFilterTraits::kThreads)
 dwconv_bwd_filter_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ dy_ptr, float* __restrict__ ws,
                              DwConvParams p, MmaBwdFilterGrid g) {
   using Tr = MmaBwdFilterTraits;
   using namespace mma_bwd_filter;
+  static_assert(kMTiles * kNTiles <= Tr::kMaxTiles, "accumulators: 2 channels x 4 tiles x 4 registers");
   const uint16_t* x = reinterpret_cast<const uint16_t*>(x_ptr);
   const uint16_t* dy = reinterpret_cast<const uint16_t*>(dy_ptr);
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -125,23 +131,27 @@ dwconv_bwd_filter_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ 
   uint16_t* ds = reinterpret_cast<uint16_t*>(smem_raw + g.dy_offset);  // (channel, slot, dy_words * 2)
   const uint32_t* xs32 = reinterpret_cast<const uint32_t*>(xs);
   const uint32_t* ds32 = reinterpret_cast<const uint32_t*>(ds);
+  // One row of zeros after the ring: B rows of filter rows past the group read it,
+  // so that no lane selects per load.
+  uint32_t* zero_row = reinterpret_cast<uint32_t*>(ds) + Tr::kBlockChannels * g.ring_rows * g.dy_words;
+  for (int j = threadIdx.x; j < g.dy_words; j += Tr::kThreads) zero_row[j] = 0u;
 
   const int64_t channel_base = int64_t(blockIdx.y) * Tr::kBlockChannels;
-  const int kh_begin = int(blockIdx.x) * g.n_per_group * 8;
-  const int kh_end = int(min(int64_t(kh_begin + g.ring_rows), p.kernel_h));
-  const int n_tiles = (kh_end - kh_begin + 7) / 8;
-  const int tiles = g.m_tiles * n_tiles;
+  const int kh_begin = int(blockIdx.x) * kNTiles * 8;
+  const int kh_end = int(min(int64_t(kh_begin + kNTiles * 8), p.kernel_h));
   const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
   const int gid = lane / 4, tig = lane % 4;
   const int parity = gid & 1;
 
-  float acc[Tr::kWarpChannels][Tr::kMaxTiles][4];
+  float acc[Tr::kWarpChannels][kMTiles][kNTiles][4];
 #pragma unroll
   for (int c = 0; c < Tr::kWarpChannels; ++c)
 #pragma unroll
-    for (int t = 0; t < Tr::kMaxTiles; ++t)
+    for (int m = 0; m < kMTiles; ++m)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) acc[c][t][i] = 0.0f;
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[c][m][nt][i] = 0.0f;
 
   const int64_t row_begin = int64_t(blockIdx.z) * g.rows_per_split;
   const int64_t row_end = min(row_begin + g.rows_per_split, g.rows);
@@ -156,38 +166,48 @@ dwconv_bwd_filter_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ 
     for (int64_t oh = oh_first; oh <= oh_top; ++oh) stage_dy_row<kVec>(ds, dy, p, g, n, oh, channel_base);
     __syncthreads();
 
-    // Per tile: this lane's A word offset within a channel's plane pair (copy by the
-    // parity of gid, element 16 m + gid + 2 tig) and B word offset within a channel's
-    // ring (row kh = kh_begin + 8 nt + gid, element 2 tig); a B row past the group
-    // reads as zero.
-    int a_off[Tr::kMaxTiles], b_off[Tr::kMaxTiles];
-    bool b_ok[Tr::kMaxTiles];
+    // This lane's A words (plane copy by the parity of gid; element 16 m + gid +
+    // 2 tig) and B words (ring row of kh = kh_begin + 8 nt + gid; element 2 tig),
+    // for 16 output columns from column 0; each next 16 columns are 8 words on.
+    const uint32_t* a_ptr[Tr::kWarpChannels][kMTiles];
+    const uint32_t* b_ptr[Tr::kWarpChannels][kNTiles];
 #pragma unroll
-    for (int t = 0; t < Tr::kMaxTiles; ++t) {
-      const int m = t % g.m_tiles, nt = t / g.m_tiles;
-      const int kh = kh_begin + 8 * nt + gid;
-      a_off[t] = parity * g.x_words + ((16 * m + gid + 2 * tig) >> 1);
-      b_off[t] = ring_slot(ih + p.pad_top - kh, g.ring_rows) * g.dy_words + tig;
-      b_ok[t] = t < tiles && kh < kh_end;
+    for (int c = 0; c < Tr::kWarpChannels; ++c) {
+      const int channel = warp * Tr::kWarpChannels + c;
+#pragma unroll
+      for (int m = 0; m < kMTiles; ++m)
+        a_ptr[c][m] = xs32 + (2 * channel + parity) * g.x_words + ((16 * m + gid + 2 * tig) >> 1);
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+        const int kh = kh_begin + 8 * nt + gid;
+        b_ptr[c][nt] = kh < kh_end ? ds32 + (channel * g.ring_rows + ring_slot(ih + p.pad_top - kh, g.ring_rows)) *
+                                                 g.dy_words + tig
+                                   : zero_row + tig;
+      }
     }
-    // 16 output columns at a time, every (channel, tile) accumulator in turn, so that
-    // consecutive MMAs do not wait on each other.
+    // Every (channel, tile) accumulator in turn, so that consecutive MMAs do not
+    // wait on each other; A is loaded once per M tile, B once per N tile.
     for (int kb = 0; kb < g.k_tiles; ++kb) {
 #pragma unroll
       for (int c = 0; c < Tr::kWarpChannels; ++c) {
-        const int channel = warp * Tr::kWarpChannels + c;
-        const uint32_t* xw = xs32 + 2 * channel * g.x_words + 8 * kb;
-        const uint32_t* dw = ds32 + channel * g.ring_rows * g.dy_words + 8 * kb;
+        uint32_t a[kMTiles][4], b[kNTiles][2];
 #pragma unroll
-        for (int t = 0; t < Tr::kMaxTiles; ++t) {
-          if (t >= tiles) break;
-          const uint32_t* a_word = xw + a_off[t];
-          const uint32_t a1 = a_word[4];
-          const uint32_t a[4] = {a_word[0], a1, a1, a_word[8]};
-          const uint32_t b0 = b_ok[t] ? dw[b_off[t]] : 0u;
-          const uint32_t b1 = b_ok[t] ? dw[b_off[t] + 4] : 0u;
-          mma_16816<T>(acc[c][t], a, b0, b1);
+        for (int m = 0; m < kMTiles; ++m) {
+          const uint32_t* w = a_ptr[c][m] + 8 * kb;
+          a[m][0] = w[0];
+          a[m][1] = a[m][2] = w[4];
+          a[m][3] = w[8];
         }
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          const uint32_t* w = b_ptr[c][nt] + 8 * kb;
+          b[nt][0] = w[0];
+          b[nt][1] = w[4];
+        }
+#pragma unroll
+        for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt) mma_16816<T>(acc[c][m][nt], a[m], b[nt][0], b[nt][1]);
       }
     }
   }
@@ -200,22 +220,21 @@ dwconv_bwd_filter_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ 
     const int64_t channel = channel_base + warp * Tr::kWarpChannels + c;
     if (channel >= p.channels) continue;
 #pragma unroll
-    for (int t = 0; t < Tr::kMaxTiles; ++t) {
-      if (t >= tiles) break;
-      const int m = t % g.m_tiles, nt = t / g.m_tiles;
+    for (int m = 0; m < kMTiles; ++m)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int64_t kw = 16 * m + gid + (i >= 2 ? 8 : 0);
-        const int64_t kh = kh_begin + 8 * nt + 2 * tig + (i & 1);
-        if (kw >= p.kernel_w || kh >= kh_end) continue;
-        float* dst = ws + slice + (kh * p.kernel_w + kw) * p.channels + channel;
-        if (g.atomic) {
-          atomicAdd(dst, acc[c][t][i]);
-        } else {
-          *dst = acc[c][t][i];
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int64_t kw = 16 * m + gid + (i >= 2 ? 8 : 0);
+          const int64_t kh = kh_begin + 8 * nt + 2 * tig + (i & 1);
+          if (kw >= p.kernel_w || kh >= kh_end) continue;
+          float* dst = ws + slice + (kh * p.kernel_w + kw) * p.channels + channel;
+          if (g.atomic) {
+            atomicAdd(dst, acc[c][m][nt][i]);
+          } else {
+            *dst = acc[c][m][nt][i];
+          }
         }
-      }
-    }
   }
 }
 
