@@ -17,6 +17,17 @@ def expected_forward_kernel(case):
   return "gemv" if sw in (1, 2) and dw == 1 and case.kw <= 512 else "direct"
 
 
+def _skip_without_gpu():
+  import jax
+
+  try:
+    has_gpu = bool(jax.devices("gpu"))
+  except RuntimeError:
+    has_gpu = False
+  if not has_gpu:
+    pytest.skip("the tensor-core kernels check the device's shared memory; no GPU present")
+
+
 def _pick(native, case, half_precision=False):
   sh, sw = pair(case.strides)
   dh, dw = pair(case.dilation)
@@ -47,14 +58,7 @@ def test_forward_dispatch_limits():
 
 @pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
 def test_half_precision_forward_goes_to_tensor_cores_from_k7():
-  import jax
-
-  try:
-    has_gpu = bool(jax.devices("gpu"))
-  except RuntimeError:
-    has_gpu = False
-  if not has_gpu:
-    pytest.skip("the tensor-core kernel checks the device's shared memory; no GPU present")
+  _skip_without_gpu()
   native = _ffi._jax_flashdwc
   pick = lambda kw, sw=1, half=True, c=96: native.cuda_forward_kernel(channels=c, out_w=64, kernel_w=kw, stride_w=sw,
                                                                      dilation_w=1, half_precision=half)
@@ -95,14 +99,7 @@ def _bwd_filter_pick(native, case, half_precision):
 
 @pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
 def test_filter_gradient_dispatch_covers_every_kernel():
-  import jax
-
-  try:
-    has_gpu = bool(jax.devices("gpu"))
-  except RuntimeError:
-    has_gpu = False
-  if not has_gpu:
-    pytest.skip("the tensor-core kernel checks the device's shared memory; no GPU present")
+  _skip_without_gpu()
   native = _ffi._jax_flashdwc
   chosen = {}
   for case in TEST_CASES:

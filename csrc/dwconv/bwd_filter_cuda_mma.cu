@@ -4,6 +4,7 @@
 
 #include "dwconv/bwd_filter_mma.cuh"
 #include "dwconv/bwd_filter_mma.h"
+#include "dwconv/launch_helpers.cuh"
 
 namespace flashdwc {
 namespace {
@@ -26,18 +27,6 @@ int round_up_mod32(int64_t at_least, int residue) {
 int64_t smem_bytes(const MmaBwdFilterGrid& g) {
   using Tr = MmaBwdFilterTraits;
   return int64_t(g.dy_offset) + (int64_t(Tr::kBlockChannels) * g.ring_rows + 1) * g.dy_words * 4;
-}
-
-// The block shared-memory limit of the current device, or 0 where it cannot be read.
-int max_smem_per_block() {
-  int device = 0, max_smem = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
-    // Clear the runtime's last error, so that a later launch does not report it.
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return max_smem;
 }
 
 // n_per_group as wide as the tile budget allows, halved until the ring fits
@@ -76,8 +65,6 @@ MmaBwdFilterGrid make_grid(const DwConvParams& p, int64_t slices, int64_t max_sm
   return g;
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 }  // namespace
 
 bool bwd_filter_mma_applies(const DwConvParams& p) {
@@ -114,7 +101,7 @@ cudaError_t launch_bwd_filter_mma(const DwConvParams& p, const T* x, const T* dy
   using Tr = MmaBwdFilterTraits;
   const MmaBwdFilterGrid g = make_grid(p, slices, max_smem_per_block());
   const int64_t chunks = slices > 0 ? slices : ceil_div(g.rows, g.rows_per_split);
-  const bool vec = p.channels % 8 == 0 && aligned16(x) && aligned16(dy);
+  const bool vec = p.channels % 8 == 0 && aligned(x, 16) && aligned(dy, 16);
   auto kernel = vec ? mma_kernel_for<T, true>(g) : mma_kernel_for<T, false>(g);
   const int64_t smem = smem_bytes(g);
   if (smem > 48 * 1024) {
