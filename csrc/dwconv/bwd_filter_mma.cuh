@@ -44,7 +44,7 @@ struct MmaBwdFilterTraits {
   static constexpr int kMaxKernelW = 16 * kMaxTiles;  // at most 4 M tiles, one N tile
 };
 
-// Problem-derived values computed once on the host (make_mma_bwd_filter_grid).
+// Problem-derived values computed once on the host (make_grid, bwd_filter_cuda_mma.cu).
 struct MmaBwdFilterGrid {
   int m_tiles;      // ceil(KW / 16)
   int n_per_group;  // N tiles (8 filter rows each) per block, m_tiles * n_per_group <= kMaxTiles
