@@ -281,10 +281,23 @@ __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __rest
     // Octet fastest: the lanes of one pixel read its 32 contiguous bytes together.
     const int octet = it % Tr::kOctets;
     const int rest = it / Tr::kOctets;
-    const int q = rest % pairs;
-    const int i = row_begin + rest / pairs;
-    // Word q of the row is word q mod sub_pairs of image t.n + q / sub_pairs.
-    const int sub = kNarrow ? q / g.sub_pairs : 0;
+    // Word q of tile row i is word q - sub * sub_pairs of image t.n + sub.
+    int q, i, sub;
+    if constexpr (kNarrow) {
+      // rest = (row * split + sub) * sub_pairs + word within the image: one division
+      // by sub_pairs, where q = rest % pairs with i = rest / pairs, then
+      // sub = q / sub_pairs, took two.
+      const int unit = rest / g.sub_pairs;
+      const int log2_split = 4 - g.sub_shift;
+      const int row = unit >> log2_split;
+      sub = unit & ((1 << log2_split) - 1);
+      i = row_begin + row;
+      q = rest - row * pairs;
+    } else {
+      q = rest % pairs;
+      i = row_begin + rest / pairs;
+      sub = 0;
+    }
     const int64_t n = t.n + sub;
     const int64_t ih = ih0 + i;
     const int64_t iw = iw0 + 2 * (q - sub * g.sub_pairs);
