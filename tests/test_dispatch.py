@@ -17,6 +17,17 @@ def expected_forward_kernel(case):
   return "gemv" if sw in (1, 2) and dw == 1 and case.kw <= 512 else "direct"
 
 
+def _skip_without_gpu():
+  import jax
+
+  try:
+    has_gpu = bool(jax.devices("gpu"))
+  except RuntimeError:
+    has_gpu = False
+  if not has_gpu:
+    pytest.skip("the tensor-core kernels check the device's shared memory; no GPU present")
+
+
 def _pick(native, case, half_precision=False):
   sh, sw = pair(case.strides)
   dh, dw = pair(case.dilation)
@@ -47,14 +58,7 @@ def test_forward_dispatch_limits():
 
 @pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
 def test_half_precision_forward_goes_to_tensor_cores_from_k7():
-  import jax
-
-  try:
-    has_gpu = bool(jax.devices("gpu"))
-  except RuntimeError:
-    has_gpu = False
-  if not has_gpu:
-    pytest.skip("the tensor-core kernel checks the device's shared memory; no GPU present")
+  _skip_without_gpu()
   native = _ffi._jax_flashdwc
   pick = lambda kw, sw=1, half=True, c=96: native.cuda_forward_kernel(channels=c, out_w=64, kernel_w=kw, stride_w=sw,
                                                                      dilation_w=1, half_precision=half)
@@ -82,6 +86,36 @@ def test_filter_gradient_workspace_is_whole_fp32_slices(half_precision):
   assert ordered % slice_bytes == 0 and ordered > slice_bytes  # one slice per chunk
   assert native.cuda_bwd_filter_workspace_bytes(**{**shape, "dilation_w": 2}, deterministic=True,
                                                 half_precision=half_precision) == 0  # the direct kernel
+
+
+def _bwd_filter_pick(native, case, half_precision):
+  sh, sw = pair(case.strides)
+  dh, dw = pair(case.dilation)
+  out_w = (case.w - 1) // sw + 1  # any width: the choice depends on it only through shared memory
+  return native.cuda_bwd_filter_kernel(channels=case.c, in_h=case.h, in_w=case.w, out_w=out_w, kernel_h=case.kh,
+                                       kernel_w=case.kw, stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw,
+                                       half_precision=half_precision)
+
+
+@pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
+def test_filter_gradient_dispatch_covers_every_kernel():
+  _skip_without_gpu()
+  native = _ffi._jax_flashdwc
+  chosen = {}
+  for case in TEST_CASES:
+    sh, sw = pair(case.strides)
+    dh, dw = pair(case.dilation)
+    if sw > 2 or dw > 1:
+      expected = "direct"
+    elif (sh, sw, dh, dw) == (1, 1, 1, 1) and case.kw <= 64:
+      expected = "mma"
+    else:
+      expected = "split"
+    assert _bwd_filter_pick(native, case, half_precision=True) == expected, case.name
+    # fp32 never takes tensor cores.
+    assert _bwd_filter_pick(native, case, half_precision=False) == ("split" if expected == "mma" else expected)
+    chosen.setdefault(expected, []).append(case.name)
+  assert len(chosen["mma"]) >= 20 and len(chosen["split"]) >= 5 and len(chosen["direct"]) >= 3, chosen
 
 
 @pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")

@@ -63,6 +63,13 @@ BwdFilterTiling bwd_filter_tiling(const DwConvParams& p, bool half_precision) {
   return bwd_filter_taps_computed(p, wide.tm) <= bwd_filter_taps_computed(p, narrow.tm) ? wide : narrow;
 }
 
+// fp16/bf16 take the tensor-core kernel wherever it applies (not yet measured
+// against the split kernel: see docs/perf-notes.md).
+BwdFilterKernel select_bwd_filter_kernel(const DwConvParams& p, bool half_precision) {
+  if (!bwd_filter_split_applies(p)) return BwdFilterKernel::kDirect;
+  return half_precision && bwd_filter_mma_applies(p) ? BwdFilterKernel::kMma : BwdFilterKernel::kSplit;
+}
+
 int64_t bwd_filter_workspace_bytes(const DwConvParams& p, bool deterministic, bool half_precision) {
   if (!bwd_filter_split_applies(p)) return 0;
   const BwdFilterGrid g = make_bwd_filter_grid(p, bwd_filter_tiling(p, half_precision), deterministic);

@@ -1,5 +1,6 @@
 // The filter gradient's launch on the GPU: the split kernel's grid, the choice of
-// its template instance, and run_dwconv_bwd_filter. A template here, instantiated
+// its template instance, and run_dwconv_bwd_filter, which also launches the
+// tensor-core kernel (bwd_filter_cuda_mma.cu) where select_bwd_filter_kernel picks it. A template here, instantiated
 // once per dtype in bwd_filter_cuda.cu, bwd_filter_cuda_f16.cu and
 // bwd_filter_cuda_bf16.cu, so that the build compiles them side by side: the
 // channel widths (1 for fp32, 4, and 8 for fp16/bf16), TMs, strides and vector
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "dwconv/bwd_filter_mma.h"
 #include "dwconv/bwd_filter_split.cuh"
 #include "dwconv/direct_kernels.cuh"
 #include "dwconv/dwconv_cuda.h"
@@ -127,24 +129,34 @@ cudaError_t launch_bwd_filter_split_tiling(const DwConvParams& p, const BwdFilte
 template <typename T>
 cudaError_t run_dwconv_bwd_filter(const DwConvParams& p, const T* x, const T* dy, T* dw, float* workspace,
                                   bool deterministic, cudaStream_t stream) {
-  if (!bwd_filter_split_applies(p)) {
+  const BwdFilterKernel kernel = select_bwd_filter_kernel(p, !std::is_same_v<T, float>);
+  if (kernel == BwdFilterKernel::kDirect) {
     const dim3 grid(unsigned(p.kernel_h * p.kernel_w),
                     unsigned((p.channels + kBwdFilterChannels - 1) / kBwdFilterChannels));
     const dim3 block(kBwdFilterChannels, kBwdFilterRows);
     dwconv_bwd_filter_direct_kernel<T><<<grid, block, 0, stream>>>(x, dy, dw, p);
     return cudaGetLastError();
   }
-  const BwdFilterTiling tiling = bwd_filter_tiling(p, !std::is_same_v<T, float>);
-  const BwdFilterGrid g = make_bwd_filter_grid(p, tiling, deterministic);
   const int64_t count = p.kernel_h * p.kernel_w * p.channels;
-  if (g.atomic) {
+  if (!deterministic) {
     if (cudaError_t err = cudaMemsetAsync(workspace, 0, count * sizeof(float), stream); err != cudaSuccess) {
       return err;
     }
   }
-  const cudaError_t err = launch_bwd_filter_split_tiling<T>(p, tiling, g, x, dy, workspace, stream);
-  if (err != cudaSuccess) return err;
+  // The split kernel's grid also sets the deterministic slice count of the
+  // tensor-core kernel: the workspace was sized for it (bwd_filter_workspace_bytes).
+  const BwdFilterTiling tiling = bwd_filter_tiling(p, !std::is_same_v<T, float>);
+  const BwdFilterGrid g = make_bwd_filter_grid(p, tiling, deterministic);
   const int64_t slices = g.atomic ? 1 : bwd_filter_splits(g);
+  cudaError_t err = cudaSuccess;
+  if (kernel == BwdFilterKernel::kMma) {
+    if constexpr (!std::is_same_v<T, float>) {
+      err = launch_bwd_filter_mma<T>(p, x, dy, workspace, g.atomic ? 0 : slices, stream);
+    }
+  } else {
+    err = launch_bwd_filter_split_tiling<T>(p, tiling, g, x, dy, workspace, stream);
+  }
+  if (err != cudaSuccess) return err;
   dwconv_bwd_filter_finalize_kernel<T><<<direct_grid(count), kDirectThreads, 0, stream>>>(workspace, dw, count,
                                                                                           slices);
   return cudaGetLastError();

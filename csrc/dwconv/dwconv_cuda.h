@@ -44,15 +44,21 @@ struct BwdFilterTiling {
 };
 BwdFilterTiling bwd_filter_tiling(const DwConvParams& p, bool half_precision);
 
+// The filter-gradient kernel run_dwconv_bwd_filter launches: tensor cores (fp16/bf16,
+// stride 1, no dilation, KW <= 64, bwd_filter_mma.cuh), the split kernel (stride_w 1
+// or 2, dilation_w 1), or the direct kernel.
+enum class BwdFilterKernel { kMma, kSplit, kDirect };
+BwdFilterKernel select_bwd_filter_kernel(const DwConvParams& p, bool half_precision);
+
 // Bytes of fp32 workspace run_dwconv_bwd_filter needs (0 when it needs none);
 // `half_precision`: x and dy are fp16 or bf16, whose kernels take wider channel blocks.
 int64_t bwd_filter_workspace_bytes(const DwConvParams& p, bool deterministic, bool half_precision);
 
-// dw from x and dy, accumulated in fp32. Stride_w 1 or 2 with dilation_w 1 runs the
-// split kernel (bwd_filter_split.cuh): chunk partials merged by atomicAdd into
-// `workspace`, or, when `deterministic`, stored per chunk and summed in a fixed
-// order, so that the result is bit-identical across runs. Other geometries run a
-// direct kernel, deterministic in both modes.
+// dw from x and dy, accumulated in fp32, by the kernel select_bwd_filter_kernel
+// names. The tensor-core and split kernels merge chunk partials by atomicAdd into
+// `workspace`, or, when `deterministic`, store them per chunk and sum them in a fixed
+// order, so that the result is bit-identical across runs. The direct kernel is
+// deterministic in both modes.
 template <typename T>
 cudaError_t run_dwconv_bwd_filter(const DwConvParams& p, const T* x, const T* dy, T* dw, float* workspace,
                                   bool deterministic, cudaStream_t stream);

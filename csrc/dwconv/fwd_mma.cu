@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "dwconv/fwd_mma.cuh"
+#include "dwconv/launch_helpers.cuh"
 
 namespace flashdwc {
 namespace {
@@ -50,20 +51,6 @@ MmaFwdGrid make_mma_fwd_grid(const DwConvParams& p, int split) {
 }
 
 size_t mma_fwd_smem_bytes(const MmaFwdGrid& g) { return size_t(g.meta_offset) + sizeof(mma_fwd::ActiveRange); }
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-// The block shared-memory limit of the current device, or 0 where it cannot be read.
-int max_smem_per_block() {
-  int device = 0, max_smem = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
-    // Clear the runtime's last error, so that a later launch does not report it.
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return max_smem;
-}
 
 // The most images per strip that the output width leaves room for and whose x
 // tile fits in shared memory; 1 always fits where fwd_mma_supports holds.
@@ -125,7 +112,7 @@ cudaError_t launch_fwd_mma(const DwConvParams& p, const T* x, const T* w, T* y, 
                            const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
   if (empty_problem(p)) return cudaSuccess;
   const MmaFwdGrid g = choose_mma_fwd_grid(p);
-  const bool vec = p.channels % 8 == 0 && aligned16(x) && aligned16(w) && aligned16(y);
+  const bool vec = p.channels % 8 == 0 && aligned(x, 16) && aligned(w, 16) && aligned(y, 16);
   // The prologue is a template flag: the kernels without it compile as before.
   if (prologue.active()) {
     return vec ? launch<T, true, true>(p, g, x, w, y, stream, epilogue, prologue)

@@ -51,6 +51,7 @@
 #include <type_traits>
 
 #include "common/cuda_types.cuh"
+#include "common/mma_sync.cuh"
 #include "common/static_for.cuh"
 #include "dwconv/epilogue.h"
 #include "dwconv/params.h"
@@ -183,25 +184,6 @@ struct ActiveRange {
   }
 };
 
-// d += A * B for one m16n8k16 tile; A and B hold raw fp16 or bf16 bits.
-template <typename T>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, __half>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    static_assert(std::is_same_v<T, __nv_bfloat16>, "fp16 or bf16 only");
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
 // Two floats as one 32-bit word of T, the first in the low half.
 template <typename T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
@@ -224,26 +206,6 @@ template <typename T>
 __device__ __forceinline__ T unpack_hi(uint32_t v) {
   const uint16_t bits = uint16_t(v >> 16);
   return *reinterpret_cast<const T*>(&bits);
-}
-
-// 8 channels [c, c + 8) of one element as 4 words of raw bits, zero where
-// !valid or (scalar path) where the channel is >= C. With kVec, C % 8 == 0, so
-// the group is all in or all out and the address is 16-byte aligned.
-template <bool kVec>
-__device__ __forceinline__ void load8(const uint16_t* __restrict__ src, bool valid, int64_t channels_left,
-                                      uint32_t (&v)[4]) {
-  if constexpr (kVec) {
-    uint4 u = make_uint4(0u, 0u, 0u, 0u);
-    if (valid) u = __ldg(reinterpret_cast<const uint4*>(src));
-    v[0] = u.x, v[1] = u.y, v[2] = u.z, v[3] = u.w;
-  } else {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const uint32_t lo = valid && 2 * k < channels_left ? uint32_t(__ldg(src + 2 * k)) : 0u;
-      const uint32_t hi = valid && 2 * k + 1 < channels_left ? uint32_t(__ldg(src + 2 * k + 1)) : 0u;
-      v[k] = lo | (hi << 16);
-    }
-  }
 }
 
 // The prologue (epilogue.h) on one word of two channels [c, c + 1) of an input
@@ -281,10 +243,23 @@ __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __rest
     // Octet fastest: the lanes of one pixel read its 32 contiguous bytes together.
     const int octet = it % Tr::kOctets;
     const int rest = it / Tr::kOctets;
-    const int q = rest % pairs;
-    const int i = row_begin + rest / pairs;
-    // Word q of the row is word q mod sub_pairs of image t.n + q / sub_pairs.
-    const int sub = kNarrow ? q / g.sub_pairs : 0;
+    // Word q of tile row i is word q - sub * sub_pairs of image t.n + sub.
+    int q, i, sub;
+    if constexpr (kNarrow) {
+      // rest = (row * split + sub) * sub_pairs + word within the image: one division
+      // by sub_pairs, where q = rest % pairs with i = rest / pairs, then
+      // sub = q / sub_pairs, took two.
+      const int unit = rest / g.sub_pairs;
+      const int log2_split = 4 - g.sub_shift;
+      const int row = unit >> log2_split;
+      sub = unit & ((1 << log2_split) - 1);
+      i = row_begin + row;
+      q = rest - row * pairs;
+    } else {
+      q = rest % pairs;
+      i = row_begin + rest / pairs;
+      sub = 0;
+    }
     const int64_t n = t.n + sub;
     const int64_t ih = ih0 + i;
     const int64_t iw = iw0 + 2 * (q - sub * g.sub_pairs);

@@ -1,4 +1,4 @@
-// Helpers shared by the CUDA launchers (dwconv_cuda.cu, bwd_filter_cuda*.cu).
+// Helpers shared by the CUDA launchers (dwconv_cuda.cu, fwd_mma.cu, bwd_filter_cuda*.cu).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,5 +20,17 @@ inline dim3 direct_grid(int64_t elements) {
 }
 
 inline bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// The block shared-memory limit of the current device, or 0 where it cannot be read.
+inline int max_smem_per_block() {
+  int device = 0, max_smem = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    // Clear the runtime's last error, so that a later launch does not report it.
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return max_smem;
+}
 
 }  // namespace flashdwc

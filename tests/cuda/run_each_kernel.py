@@ -21,12 +21,12 @@ CASES = [
     (1, 21, 48, 40, 13, 13, 1, 1, jnp.float32),   # GEMV fwd at k 13, lane bwd_filter TM 13
     (1, 9, 28, 40, 9, 9, 1, 1, jnp.float32),      # lane bwd_filter TM 9, a ragged channel block
     (2, 19, 37, 42, 5, 5, 2, 1, jnp.float32),     # GEMV stride 2, direct bwd_data, split bwd_filter (stride 2)
-    (1, 17, 140, 24, 9, 9, 1, 1, jnp.bfloat16),   # tensor-core fwd and bwd_data, 2 strips, masked channels
-    (1, 40, 40, 16, 31, 31, 1, 1, jnp.float16),   # tensor-core fwd with several filter chunks
+    (1, 17, 140, 24, 9, 9, 1, 1, jnp.bfloat16),   # tensor cores: fwd (2 strips, masked channels), bwd_data, bwd_filter
+    (1, 40, 40, 16, 31, 31, 1, 1, jnp.float16),   # tensor cores: fwd (filter chunks), bwd_filter (2 M tiles, 2 groups)
     (2, 11, 13, 6, 3, 3, 3, 2, jnp.float32),      # direct fwd, direct bwd_data, direct bwd_filter
     (1, 9, 10, 5, 3, 4, 1, 1, jnp.float32),       # scalar (C % 4 != 0) paths
-    (2, 13, 29, 72, 3, 3, 1, 1, jnp.bfloat16),    # half row-stream: a ragged second 64-channel block
-    (2, 13, 29, 72, 4, 4, 1, 1, jnp.bfloat16),    # half GEMV: 64-channel blocks, 16-byte loads
+    (2, 13, 29, 72, 3, 3, 1, 1, jnp.bfloat16),    # half row-stream, ragged 2nd 64-channel block; tensor-core bwd_filter
+    (2, 13, 29, 72, 4, 4, 1, 1, jnp.bfloat16),    # half GEMV, 64-channel blocks, 16-byte loads; tensor-core bwd_filter
     (2, 13, 29, 100, 5, 5, 2, 1, jnp.float16),    # half GEMV stride 2, scalar (C % 8 != 0)
 ]
 

@@ -1,0 +1,52 @@
+// Shared by the tensor-core kernels (forward and filter gradient): the m16n8k16
+// MMA on raw fp16/bf16 bits, and an 8-channel load as four such words.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace flashdwc {
+
+// d += A * B for one m16n8k16 tile; A and B hold raw fp16 or bf16 bits.
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    static_assert(std::is_same_v<T, __nv_bfloat16>, "fp16 or bf16 only");
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// 8 channels [c, c + 8) of one element as 4 words of raw bits, zero where
+// !valid or (scalar path) where the channel is >= C. With kVec, C % 8 == 0, so
+// the group is all in or all out and the address is 16-byte aligned.
+template <bool kVec>
+__device__ __forceinline__ void load8(const uint16_t* __restrict__ src, bool valid, int64_t channels_left,
+                                      uint32_t (&v)[4]) {
+  if constexpr (kVec) {
+    uint4 u = make_uint4(0u, 0u, 0u, 0u);
+    if (valid) u = __ldg(reinterpret_cast<const uint4*>(src));
+    v[0] = u.x, v[1] = u.y, v[2] = u.z, v[3] = u.w;
+  } else {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t lo = valid && 2 * k < channels_left ? uint32_t(__ldg(src + 2 * k)) : 0u;
+      const uint32_t hi = valid && 2 * k + 1 < channels_left ? uint32_t(__ldg(src + 2 * k + 1)) : 0u;
+      v[k] = lo | (hi << 16);
+    }
+  }
+}
+
+}  // namespace flashdwc

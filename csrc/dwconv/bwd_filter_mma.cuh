@@ -1,0 +1,241 @@
+// Filter gradient on tensor cores, fp16/bf16, stride 1, no dilation. The paper
+// (section 5.1) runs this pass on CUDA cores; here it is a GEMM. For one channel
+// and one input row ih, what that row adds to the filter gradient is
+//   C[kw, kh] += sum over ow of A[kw, ow] * B[ow, kh], with
+//   A[kw, ow] = x[ih, ow + kw - pad_left]   (a Toeplitz matrix of the input row),
+//   B[ow, kh] = dy[ih + pad_top - kh, ow]   (the output-gradient rows that meet ih),
+// and dw[kh, kw, c] = sum over all input rows of C[kw, kh]. Each m16n8k16 MMA covers
+// 16 taps kw (M), 8 filter rows kh (N) and 16 output columns (K); a block keeps its
+// C tiles in registers through all the input rows of its chunk and merges them into
+// the fp32 workspace once, as the split kernel does (atomic or one slice per chunk).
+//
+// Block: 4 warps, 8 channels (one 16-byte group per pixel), 2 channels per warp, and
+// the tiles of all kw for a group of filter rows: kMTiles x kNTiles <= kMaxTiles
+// (M tile, N tile) pairs, at most 2 x 4 x 4 = 32 accumulator registers per lane. Per
+// input row the block stages the row's 8 channel planes and one new row of dy into a
+// ring that holds the dy rows of the group's filter rows; then every warp runs, for
+// each 16 output columns and each of its channels, one MMA per tile, loading A once
+// per M tile and B once per N tile (5.8-8.6 SASS instructions per MMA in the loop;
+// with the tile count a runtime value and a select per B load, 16).
+//
+// A is Toeplitz (A[r][c] depends on r + c), so a lane's four A registers are the
+// column pairs starting at e, e + 8, e + 8 and e + 16 of the input plane, with
+// e = 16 kb + 16 m + g + 2 tig: three 32-bit loads. For odd g the pair starts at an
+// odd element; the plane is staged twice, the second copy shifted by one element,
+// so every pair is one aligned word (as the forward kernel does for its filter).
+// Rows past the filter (kw >= KW, kh past the group) compute values that are never
+// stored; dy columns past Wo and x columns outside the image are staged as zeros.
+#pragma once
+
+#include <cstdint>
+
+#include "common/cuda_types.cuh"
+#include "common/mma_sync.cuh"
+#include "dwconv/params.h"
+
+namespace flashdwc {
+
+struct MmaBwdFilterTraits {
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kBlockChannels = 8;
+  static constexpr int kWarpChannels = kBlockChannels / kWarps;  // 2
+  static constexpr int kMaxTiles = 4;
+  static constexpr int kMaxKernelW = 16 * kMaxTiles;  // at most 4 M tiles, one N tile
+};
+
+// Problem-derived values computed once on the host (make_grid, bwd_filter_cuda_mma.cu).
+struct MmaBwdFilterGrid {
+  int m_tiles;      // ceil(KW / 16)
+  int n_per_group;  // N tiles (8 filter rows each) per block, m_tiles * n_per_group <= kMaxTiles
+  int groups;       // ceil(ceil(KH / 8) / n_per_group): blockIdx.x
+  int k_tiles;      // ceil(Wo / 16)
+  int ring_rows;    // dy rows the ring holds: 8 * n_per_group
+  int x_words;      // 32-bit words per input-plane copy, 16 mod 32 (the two copies' A reads hit disjoint banks)
+  int dy_words;     // 32-bit words per ring row, 4 mod 32 (a B read's 8 rows hit disjoint banks)
+  int dy_offset;    // byte offset of the ring in shared memory
+  int64_t rows;            // N * H input rows
+  int64_t rows_per_split;  // input rows per chunk (blockIdx.z)
+  bool atomic;             // merge by atomicAdd into slice 0, else store into slice z
+};
+
+namespace mma_bwd_filter {
+
+// Ring slot of dy row oh (oh may be negative: rows above the image stage zeros).
+__device__ __forceinline__ int ring_slot(int64_t oh, int ring_rows) {
+  const int s = int(oh % ring_rows);
+  return s < 0 ? s + ring_rows : s;
+}
+
+// Input row (n, ih) into both copies of the 8 channel planes: copy 0 element j is
+// input column j - pad_left, copy 1 element j is column j + 1 - pad_left.
+template <bool kVec>
+__device__ __forceinline__ void stage_x_row(uint16_t* xs, const uint16_t* __restrict__ x, const DwConvParams& p,
+                                            const MmaBwdFilterGrid& g, int64_t n, int64_t ih,
+                                            int64_t channel_base) {
+  const int cols = 2 * g.x_words;
+  const int copy = cols;  // halves from copy 0 of a channel to its copy 1
+  const bool row_ok = ih >= 0 && ih < p.in_h;
+  const uint16_t* row = x + (n * p.in_h + (row_ok ? ih : 0)) * p.in_w * p.channels + channel_base;
+  for (int j = threadIdx.x; j < cols; j += MmaBwdFilterTraits::kThreads) {
+    const int64_t iw = j - p.pad_left;
+    const bool ok = row_ok && iw >= 0 && iw < p.in_w;
+    uint32_t v[4];
+    load8<kVec>(ok ? row + iw * p.channels : x, ok, p.channels - channel_base, v);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const uint16_t h = uint16_t(v[k / 2] >> (16 * (k & 1)));
+      uint16_t* plane = xs + k * 2 * copy;
+      plane[j] = h;
+      if (j > 0) plane[copy + j - 1] = h;
+    }
+  }
+}
+
+// dy row (n, oh) into its ring slot of the 8 channel planes; zeros outside the
+// image and past Wo.
+template <bool kVec>
+__device__ __forceinline__ void stage_dy_row(uint16_t* ds, const uint16_t* __restrict__ dy, const DwConvParams& p,
+                                             const MmaBwdFilterGrid& g, int64_t n, int64_t oh,
+                                             int64_t channel_base) {
+  const int cols = 2 * g.dy_words;
+  const int plane = g.ring_rows * cols;  // halves from one channel's ring to the next
+  const bool row_ok = oh >= 0 && oh < p.out_h;
+  const uint16_t* row = dy + (n * p.out_h + (row_ok ? oh : 0)) * p.out_w * p.channels + channel_base;
+  uint16_t* slot = ds + ring_slot(oh, g.ring_rows) * cols;
+  for (int j = threadIdx.x; j < cols; j += MmaBwdFilterTraits::kThreads) {
+    const bool ok = row_ok && j < p.out_w;
+    uint32_t v[4];
+    load8<kVec>(ok ? row + int64_t(j) * p.channels : dy, ok, p.channels - channel_base, v);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) slot[k * plane + j] = uint16_t(v[k / 2] >> (16 * (k & 1)));
+  }
+}
+
+}  // namespace mma_bwd_filter
+
+// kMTiles x kNTiles: the block's (M tile, N tile) grid, m_tiles x n_per_group. The
+// last group of filter rows may have fewer N tiles; its rows past KH read the zero
+// row and are never stored.
+template <typename T, bool kVec, int kMTiles, int kNTiles>
+__global__ void __launch_bounds__(MmaBwdFilterTraits::kThreads)
+dwconv_bwd_filter_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ dy_ptr, float* __restrict__ ws,
+                             DwConvParams p, MmaBwdFilterGrid g) {
+  using Tr = MmaBwdFilterTraits;
+  using namespace mma_bwd_filter;
+  static_assert(kMTiles * kNTiles <= Tr::kMaxTiles, "accumulators: 2 channels x 4 tiles x 4 registers");
+  const uint16_t* x = reinterpret_cast<const uint16_t*>(x_ptr);
+  const uint16_t* dy = reinterpret_cast<const uint16_t*>(dy_ptr);
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  uint16_t* xs = reinterpret_cast<uint16_t*>(smem_raw);               // (channel, copy, x_words * 2)
+  uint16_t* ds = reinterpret_cast<uint16_t*>(smem_raw + g.dy_offset);  // (channel, slot, dy_words * 2)
+  const uint32_t* xs32 = reinterpret_cast<const uint32_t*>(xs);
+  const uint32_t* ds32 = reinterpret_cast<const uint32_t*>(ds);
+  // One row of zeros after the ring: B rows of filter rows past the group read it,
+  // so that no lane selects per load.
+  uint32_t* zero_row = reinterpret_cast<uint32_t*>(ds) + Tr::kBlockChannels * g.ring_rows * g.dy_words;
+  for (int j = threadIdx.x; j < g.dy_words; j += Tr::kThreads) zero_row[j] = 0u;
+
+  const int64_t channel_base = int64_t(blockIdx.y) * Tr::kBlockChannels;
+  const int kh_begin = int(blockIdx.x) * kNTiles * 8;
+  const int kh_end = int(min(int64_t(kh_begin + kNTiles * 8), p.kernel_h));
+  const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
+  const int gid = lane / 4, tig = lane % 4;
+  const int parity = gid & 1;
+
+  float acc[Tr::kWarpChannels][kMTiles][kNTiles][4];
+#pragma unroll
+  for (int c = 0; c < Tr::kWarpChannels; ++c)
+#pragma unroll
+    for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[c][m][nt][i] = 0.0f;
+
+  const int64_t row_begin = int64_t(blockIdx.z) * g.rows_per_split;
+  const int64_t row_end = min(row_begin + g.rows_per_split, g.rows);
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    const int64_t n = row / p.in_h, ih = row % p.in_h;
+    // dy rows ih + pad_top - kh for kh in [kh_begin, kh_end): all of them at the
+    // start of a chunk or an image, then the one that enters.
+    const int64_t oh_top = ih + p.pad_top - kh_begin;
+    const int64_t oh_first = row == row_begin || ih == 0 ? oh_top - (kh_end - kh_begin) + 1 : oh_top;
+    __syncthreads();  // the previous row's MMAs have read the slots about to change
+    stage_x_row<kVec>(xs, x, p, g, n, ih, channel_base);
+    for (int64_t oh = oh_first; oh <= oh_top; ++oh) stage_dy_row<kVec>(ds, dy, p, g, n, oh, channel_base);
+    __syncthreads();
+
+    // This lane's A words (plane copy by the parity of gid; element 16 m + gid +
+    // 2 tig) and B words (ring row of kh = kh_begin + 8 nt + gid; element 2 tig),
+    // for 16 output columns from column 0; each next 16 columns are 8 words on.
+    const uint32_t* a_ptr[Tr::kWarpChannels][kMTiles];
+    const uint32_t* b_ptr[Tr::kWarpChannels][kNTiles];
+#pragma unroll
+    for (int c = 0; c < Tr::kWarpChannels; ++c) {
+      const int channel = warp * Tr::kWarpChannels + c;
+#pragma unroll
+      for (int m = 0; m < kMTiles; ++m)
+        a_ptr[c][m] = xs32 + (2 * channel + parity) * g.x_words + ((16 * m + gid + 2 * tig) >> 1);
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+        const int kh = kh_begin + 8 * nt + gid;
+        b_ptr[c][nt] = kh < kh_end ? ds32 + (channel * g.ring_rows + ring_slot(ih + p.pad_top - kh, g.ring_rows)) *
+                                                 g.dy_words + tig
+                                   : zero_row + tig;
+      }
+    }
+    // Every (channel, tile) accumulator in turn, so that consecutive MMAs do not
+    // wait on each other; A is loaded once per M tile, B once per N tile.
+    for (int kb = 0; kb < g.k_tiles; ++kb) {
+#pragma unroll
+      for (int c = 0; c < Tr::kWarpChannels; ++c) {
+        uint32_t a[kMTiles][4], b[kNTiles][2];
+#pragma unroll
+        for (int m = 0; m < kMTiles; ++m) {
+          const uint32_t* w = a_ptr[c][m] + 8 * kb;
+          a[m][0] = w[0];
+          a[m][1] = a[m][2] = w[4];
+          a[m][3] = w[8];
+        }
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          const uint32_t* w = b_ptr[c][nt] + 8 * kb;
+          b[nt][0] = w[0];
+          b[nt][1] = w[4];
+        }
+#pragma unroll
+        for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt) mma_16816<T>(acc[c][m][nt], a[m], b[nt][0], b[nt][1]);
+      }
+    }
+  }
+
+  // C tile element (r, col) of lane: r = gid or gid + 8 (kw = 16 m + r), col = 2 tig
+  // or 2 tig + 1 (kh = kh_begin + 8 nt + col).
+  const int64_t slice = g.atomic ? 0 : int64_t(blockIdx.z) * p.kernel_h * p.kernel_w * p.channels;
+#pragma unroll
+  for (int c = 0; c < Tr::kWarpChannels; ++c) {
+    const int64_t channel = channel_base + warp * Tr::kWarpChannels + c;
+    if (channel >= p.channels) continue;
+#pragma unroll
+    for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int64_t kw = 16 * m + gid + (i >= 2 ? 8 : 0);
+          const int64_t kh = kh_begin + 8 * nt + 2 * tig + (i & 1);
+          if (kw >= p.kernel_w || kh >= kh_end) continue;
+          float* dst = ws + slice + (kh * p.kernel_w + kw) * p.channels + channel;
+          if (g.atomic) {
+            atomicAdd(dst, acc[c][m][nt][i]);
+          } else {
+            *dst = acc[c][m][nt][i];
+          }
+        }
+  }
+}
+
+}  // namespace flashdwc
