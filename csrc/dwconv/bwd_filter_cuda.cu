@@ -63,11 +63,22 @@ BwdFilterTiling bwd_filter_tiling(const DwConvParams& p, bool half_precision) {
   return bwd_filter_taps_computed(p, wide.tm) <= bwd_filter_taps_computed(p, narrow.tm) ? wide : narrow;
 }
 
-// fp16/bf16 take the tensor-core kernel wherever it applies (not yet measured
-// against the split kernel: see docs/perf-notes.md).
+// fp16/bf16 take the tensor-core kernel from 9 taps across on maps at least 64
+// columns wide and from 13 taps on any map. Kernel-level A/B on the H200 (8ca3758,
+// bf16, ms, split -> tensor cores; docs/perf-notes.md, "Ninth session"):
+//   k = 31 on 128^4 22.9 -> 4.5, k = 13 on 32x32x1024 3.47 -> 1.96, k = 9 on 64x64x256
+//   1.64 -> 1.01, but k = 9 on 32x32x1024 1.72 -> 1.91, k = 7 on 56x56x96 0.25 -> 0.27
+//   and k = 3 on 128^4 0.58 -> 1.32: below these bounds the 16-tap M tile is mostly
+//   padding and the split kernel wins. Widths between 32 and 64 are not measured.
+constexpr int64_t kBwdFilterMmaMinTaps = 9;
+constexpr int64_t kBwdFilterMmaMinTapsNarrow = 13;
+constexpr int64_t kBwdFilterMmaWideMap = 64;
+
 BwdFilterKernel select_bwd_filter_kernel(const DwConvParams& p, bool half_precision) {
   if (!bwd_filter_split_applies(p)) return BwdFilterKernel::kDirect;
-  return half_precision && bwd_filter_mma_applies(p) ? BwdFilterKernel::kMma : BwdFilterKernel::kSplit;
+  const int64_t min_taps = p.out_w >= kBwdFilterMmaWideMap ? kBwdFilterMmaMinTaps : kBwdFilterMmaMinTapsNarrow;
+  const bool mma_wins = p.kernel_w >= min_taps;
+  return half_precision && mma_wins && bwd_filter_mma_applies(p) ? BwdFilterKernel::kMma : BwdFilterKernel::kSplit;
 }
 
 int64_t bwd_filter_workspace_bytes(const DwConvParams& p, bool deterministic, bool half_precision) {
