@@ -21,6 +21,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_dwconv import H200_BANDWIDTH_GBS, H200_FP32_TFLOPS  # noqa: E402
 
 
+PASS_NAMES = {"fwd": "forward", "bwd_data": "input gradient", "bwd_filter": "filter gradient"}
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("csv")
@@ -46,14 +49,16 @@ def main(argv=None):
                label=f"fp32 rate ({H200_FP32_TFLOPS} TFLOP/s)")
     ax.set_yscale("log")
     ax.set_xticks(ks)
-    ax.set_title(f"{dtype} forward, NxHxWxC = {fmap}")
+    ax.set_title(f"{dtype} {PASS_NAMES.get(rs[0]['mode'], rs[0]['mode'])}, NxHxWxC = {fmap}")
     ax.set_xlabel("filter size k (k x k)")
     ax.grid(True, which="both", alpha=0.3)
   axes[0][0].set_ylabel("TFLOP/s (2*N*Ho*Wo*C*k^2 / time)")
   axes[0][0].legend(fontsize=8, loc="lower right")
   first = rows[0]
+  # A run resumed after a dispatch change holds points from two commits: name both.
+  commits = ", ".join(dict.fromkeys(r["commit"] for r in rows))
   fig.suptitle(f"{first['gpu']}, driver {first['driver']}, jax {first['jax_version']}, "
-               f"commit {first['commit']}, {first['date']}", fontsize=9)
+               f"commit {commits}, {first['date']}", fontsize=9)
   fig.tight_layout()
   fig.savefig(args.out, dpi=110)
   print(f"wrote {args.out}")
