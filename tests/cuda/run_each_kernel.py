@@ -25,8 +25,8 @@ CASES = [
     (1, 40, 40, 16, 31, 31, 1, 1, jnp.float16),   # tensor cores: fwd (filter chunks), bwd_filter (2 M tiles, 2 groups)
     (2, 11, 13, 6, 3, 3, 3, 2, jnp.float32),      # direct fwd, direct bwd_data, direct bwd_filter
     (1, 9, 10, 5, 3, 4, 1, 1, jnp.float32),       # scalar (C % 4 != 0) paths
-    (2, 13, 29, 72, 3, 3, 1, 1, jnp.bfloat16),    # half row-stream, ragged 2nd 64-channel block; tensor-core bwd_filter
-    (2, 13, 29, 72, 4, 4, 1, 1, jnp.bfloat16),    # half GEMV, 64-channel blocks, 16-byte loads; tensor-core bwd_filter
+    (2, 13, 29, 72, 3, 3, 1, 1, jnp.bfloat16),    # half row-stream, ragged 2nd 64-channel block; split bwd_filter
+    (2, 13, 29, 72, 4, 4, 1, 1, jnp.bfloat16),    # half GEMV, 64-channel blocks, 16-byte loads; split bwd_filter
     (2, 13, 29, 100, 5, 5, 2, 1, jnp.float16),    # half GEMV stride 2, scalar (C % 8 != 0)
 ]
 
