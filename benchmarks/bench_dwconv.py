@@ -195,10 +195,12 @@ def main(argv=None):
                       help="time jax_flashdwc only (while tuning; published results always include XLA)")
   args = parser.parse_args(argv)
 
-  cases = []
+  cases, set_of_case = [], {}
   for name in args.shapes:
     fn = SHAPE_SETS[name]
-    cases += fn(tuple(args.ks)) if (name == "paper" and args.ks) else fn()
+    chosen = fn(tuple(args.ks)) if (name == "paper" and args.ks) else fn()
+    cases += chosen
+    set_of_case.update((case.name, name) for case in chosen)
   prov = provenance()
   os.makedirs(args.out, exist_ok=True)
   stamp = prov["date"].replace(":", "").replace("-", "")
@@ -258,14 +260,14 @@ def main(argv=None):
 
   print(f"\nwrote {path}  ({prov['gpu']}, driver {prov['driver']}, jax {prov['jax_version']}, "
         f"commit {prov['commit']})")
-  print_summary(rows)
+  print_summary(rows, set_of_case)
   return 0 if all(r["gate"] == "ok" for r in rows) else 1
 
 
-def print_summary(rows):
+def print_summary(rows, set_of_case):
   by_group = {}
   for r in rows:
-    group = "paper" if r["case"].startswith("paper_") else "models"
+    group = set_of_case.get(r["case"], "other")  # "other": a resumed CSV's point outside --shapes
     by_group.setdefault((r["mode"], r["dtype"], group), []).append(r)
   print(f"{'mode':10s} {'dtype':8s} {'set':7s} {'points':>6s} {'geomean x':>9s} {'min x':>7s} {'max TF/s':>8s}")
   for (mode, dtype, group), rs in by_group.items():
