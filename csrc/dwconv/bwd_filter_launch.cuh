@@ -1,11 +1,12 @@
 // The filter gradient's launch on the GPU: the split kernel's grid, the choice of
 // its template instance, and run_dwconv_bwd_filter, which also launches the
-// tensor-core kernel (bwd_filter_cuda_mma.cu) where select_bwd_filter_kernel picks it. A template here, instantiated
-// once per dtype in bwd_filter_cuda.cu, bwd_filter_cuda_f16.cu and
-// bwd_filter_cuda_bf16.cu, so that the build compiles them side by side: the
-// channel widths (1 for fp32, 4, and 8 for fp16/bf16), TMs, strides and vector
-// variants make 72 kernels, and with the forward launchers in one file nvcc -O3
-// took 441 s on one core (then 112 kernels); the fp32 file alone takes 69 s.
+// tensor-core kernel (bwd_filter_cuda_mma.cu) where select_bwd_filter_kernel picks
+// it. A template here, instantiated once per dtype in bwd_filter_cuda.cu,
+// bwd_filter_cuda_f16.cu and bwd_filter_cuda_bf16.cu, so that the build compiles them
+// side by side: the channel widths (1 for fp32, 4, and 8 for fp16/bf16), TMs,
+// strides and vector variants make 72 kernels, and with the forward launchers in one
+// file nvcc -O3 took 441 s on one core (then 112 kernels); the fp32 file alone takes
+// 69 s.
 #pragma once
 
 #include <algorithm>

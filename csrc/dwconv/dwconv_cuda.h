@@ -45,8 +45,9 @@ struct BwdFilterTiling {
 BwdFilterTiling bwd_filter_tiling(const DwConvParams& p, bool half_precision);
 
 // The filter-gradient kernel run_dwconv_bwd_filter launches: tensor cores (fp16/bf16,
-// stride 1, no dilation, KW <= 64, bwd_filter_mma.cuh), the split kernel (stride_w 1
-// or 2, dilation_w 1), or the direct kernel.
+// stride 1, no dilation, KW <= 64, and wide enough to beat the split kernel; see
+// select_bwd_filter_kernel in bwd_filter_cuda.cu), the split kernel (stride_w 1 or 2,
+// dilation_w 1), or the direct kernel.
 enum class BwdFilterKernel { kMma, kSplit, kDirect };
 BwdFilterKernel select_bwd_filter_kernel(const DwConvParams& p, bool half_precision);
 
