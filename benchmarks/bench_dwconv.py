@@ -32,7 +32,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 from shapes import TEST_CASES, model_layers, paper_points  # noqa: E402
 
-from jax_flashdwc import depthwise_conv2d  # noqa: E402
+from jax_flashdwc import conv as conv_module, depthwise_conv2d  # noqa: E402
 
 # fwd: y = conv(x, w). bwd_data: dx from (dy, w). bwd_filter: dw from (x, dy).
 # fwd+bwd: one jitted value_and_grad of a layer (forward and both gradients).
@@ -193,7 +193,11 @@ def main(argv=None):
                       help="append to this CSV from an earlier run, skipping the points it already holds")
   parser.add_argument("--skip-xla", action="store_true",
                       help="time jax_flashdwc only (while tuning; published results always include XLA)")
+  parser.add_argument("--tall-filters", choices=["transposed", "direct"], default="transposed",
+                      help="direct: run tall fp16/bf16 filters (SLaK's 51x5) without exchanging H and W, "
+                           "the A/B of conv.TRANSPOSE_TALL_FILTERS")
   args = parser.parse_args(argv)
+  conv_module.TRANSPOSE_TALL_FILTERS = args.tall_filters == "transposed"
 
   cases, set_of_case = [], {}
   for name in args.shapes:
@@ -205,7 +209,7 @@ def main(argv=None):
   os.makedirs(args.out, exist_ok=True)
   stamp = prov["date"].replace(":", "").replace("-", "")
   path = os.path.join(args.out, f"dwconv_{'_'.join(m.replace('+', '') for m in args.mode)}_{stamp}{args.tag}.csv")
-  fields = ["mode", "dtype", "case", "n", "h", "w", "c", "kh", "kw", "strides", "flashdwc_ms", "xla_ms",
+  fields = ["mode", "dtype", "case", "n", "h", "w", "c", "kh", "kw", "strides", "tall_filters", "flashdwc_ms", "xla_ms",
             "flashdwc_tflops", "xla_tflops", "flashdwc_gbs", "speedup", "rel_err", "gate", "reps",
             "gpu", "driver", "jax_version", "commit", "date"]
   rows = []
@@ -245,6 +249,7 @@ def main(argv=None):
           row = {
               "mode": mode, "dtype": dtype_name, "case": case.name, "n": case.n, "h": case.h, "w": case.w,
               "c": case.c, "kh": case.kh, "kw": case.kw, "strides": str(case.strides),
+              "tall_filters": args.tall_filters,
               "flashdwc_ms": f"{t_ours * 1e3:.4f}", "xla_ms": f"{t_xla * 1e3:.4f}",
               "flashdwc_tflops": f"{flops / t_ours / 1e12:.3f}", "xla_tflops": f"{flops / t_xla / 1e12:.3f}",
               "flashdwc_gbs": f"{nbytes / t_ours / 1e9:.1f}",

@@ -26,6 +26,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from models import DWCONVS, MODELS  # noqa: E402
 from train import make_train_step  # noqa: E402
 
+from jax_flashdwc import conv as conv_module  # noqa: E402
+
 DEFAULT_MODELS = ("convnext_t", "convmixer_1536_20", "replknet31b", "slak_t")
 
 
@@ -104,7 +106,11 @@ def main(argv=None):
   parser.add_argument("--bf16", action="store_true")
   parser.add_argument("--steps", type=int, default=20)
   parser.add_argument("--out", default=None)
+  parser.add_argument("--tall-filters", choices=["transposed", "direct"], default="transposed",
+                      help="direct: run tall fp16/bf16 filters (SLaK's 51x5) without exchanging H and W, "
+                           "the A/B of jax_flashdwc.conv.TRANSPOSE_TALL_FILTERS")
   args = parser.parse_args(argv)
+  conv_module.TRANSPOSE_TALL_FILTERS = args.tall_filters == "transposed"
 
   device = jax.devices()[0]
   rows = []
@@ -112,12 +118,13 @@ def main(argv=None):
   if args.out:
     os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, f"train_step_{device.platform}_{'bfloat16' if args.bf16 else 'float32'}"
-                        f"_b{args.batch}")
+                        f"_b{args.batch}" + ("_tall_direct" if args.tall_filters == "direct" else ""))
   for name in args.models:
     t = {conv: time_step(name, conv, args.batch, args.image_size, args.bf16, args.steps) for conv in ("flax", "flashdwc")}
     rows.append({"model": name, "batch": args.batch, "image_size": args.image_size,
                  "dtype": "bfloat16" if args.bf16 else "float32", "flax_ms": f"{t['flax'] * 1e3:.3f}",
                  "flashdwc_ms": f"{t['flashdwc'] * 1e3:.3f}", "speedup": f"{t['flax'] / t['flashdwc']:.3f}",
+                 "tall_filters": args.tall_filters,
                  "device": device.device_kind, "jax_version": jax.__version__,
                  "commit": os.environ.get("FLASHDWC_COMMIT", "unknown"),
                  "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")})

@@ -37,6 +37,10 @@ class ConvGeometry:
       out.append((size + lo + hi - d * (k - 1) - 1) // s + 1)
     return tuple(out)
 
+  def transposed(self) -> "ConvGeometry":
+    """The same convolution with height and width exchanged (on transposed operands)."""
+    return ConvGeometry(strides=self.strides[::-1], padding=self.padding[::-1], dilation=self.dilation[::-1])
+
   def ffi_attribute(self) -> dict[str, np.int64]:
     """The `geometry` attribute of the custom calls (csrc/ffi/dwconv_attrs.h)."""
     return {

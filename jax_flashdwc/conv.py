@@ -14,6 +14,18 @@ from .reference import depthwise_conv2d_xla
 
 IMPLEMENTATIONS = ("flashdwc", "xla")
 
+# fp16/bf16 filters much taller than wide, SLaK's 51x5 strips, run as the transposed
+# problem (x's H and W exchanged, the filter's KH and KW): the fast kernels are keyed
+# on the filter width. A 51x5 filter found the row-stream kernel closed (KH > 16) and
+# the tensor-core kernels too narrow (forward from KW = 7, filter gradient from
+# KW = 13), and ran on the GEMV and split CUDA-core kernels; as 5x51 it takes the
+# tensor-core ones. The two transposes of x and the one of y are memory passes, small
+# against 255 taps a pixel. Set to False to time the direct path
+# (benchmarks/bench_dwconv.py --tall-filters direct); docs/perf-notes.md has the A/B.
+TRANSPOSE_TALL_FILTERS = True
+_TALL_MIN_KERNEL_H = 13
+_TALL_MAX_KERNEL_W = 6
+
 
 @partial(jax.custom_vjp, nondiff_argnums=(2, 3))
 def _dwconv(x, kernel, geometry: ConvGeometry, deterministic: bool):
@@ -70,6 +82,19 @@ def _dwconv_fused_bwd(geometry, activation, prologue, input_activation, determin
 
 
 _dwconv_fused.defvjp(_dwconv_fused_fwd, _dwconv_fused_bwd)
+
+
+def _runs_transposed(dtype, kernel_hw, geometry: ConvGeometry) -> bool:
+  """Whether depthwise_conv2d runs this problem with H and W exchanged."""
+  kh, kw = kernel_hw
+  return (TRANSPOSE_TALL_FILTERS and jnp.dtype(dtype) != jnp.dtype(jnp.float32)
+          and kh >= _TALL_MIN_KERNEL_H and kw <= _TALL_MAX_KERNEL_W
+          and geometry.strides == (1, 1) and geometry.dilation == (1, 1))
+
+
+def _swap_hw(a):
+  """(N, H, W, C) -> (N, W, H, C)."""
+  return jnp.swapaxes(a, 1, 2)
 
 
 def _per_channel(name, value, channels):
@@ -179,8 +204,14 @@ def depthwise_conv2d(
     return _activations.apply(activation, y if bias is None else y + bias)
   if not isinstance(deterministic, bool):
     raise TypeError(f"deterministic must be a bool; got {deterministic!r}")
+  if _runs_transposed(x.dtype, kernel.shape[:2], geometry):
+    # Bias, activation and prologue are per channel, so they carry over unchanged.
+    x, kernel, geometry = _swap_hw(x), jnp.swapaxes(kernel, 0, 1), geometry.transposed()
+    restore = _swap_hw
+  else:
+    restore = lambda y: y
   if bias is None and activation is None and not prologue:
-    return _dwconv(x, kernel, geometry, deterministic)
+    return restore(_dwconv(x, kernel, geometry, deterministic))
   bias = jnp.zeros((channels,), x.dtype) if bias is None else bias
-  return _dwconv_fused(x, kernel, bias, scale, shift, geometry, activation, prologue, input_activation,
-                       deterministic)
+  return restore(_dwconv_fused(x, kernel, bias, scale, shift, geometry, activation, prologue, input_activation,
+                               deterministic))

@@ -132,4 +132,7 @@ def model_layers():
     cases.append(ConvCase(f"replknet31b_{h}x{h}x{c}_k{k}", 128, h, h, c, k, k))
   for h, c in ((112, 96), (56, 144), (28, 192), (14, 576)):
     cases.append(ConvCase(f"mobilenetv2_{h}x{h}x{c}_k3_s2", 128, h, h, c, 3, 3, strides=2))
+  for h, c, k in ((56, 96, 51), (28, 192, 49), (14, 384, 47), (7, 768, 13)):
+    cases.append(ConvCase(f"slak_t_{h}x{h}x{c}_{k}x5", 128, h, h, c, k, 5))
+    cases.append(ConvCase(f"slak_t_{h}x{h}x{c}_5x{k}", 128, h, h, c, 5, k))
   return cases
