@@ -47,7 +47,8 @@ def test_geometry_transposed_swaps_every_field():
 def test_tall_filter_lowers_to_the_transposed_problem(dtype):
   x = jnp.zeros((1, 20, 13, 8), dtype)
   w = jnp.zeros((51, 5, 1, 8), dtype)
-  primitives = lambda: {e.primitive.name for e in jax.make_jaxpr(depthwise_conv2d)(x, w).jaxpr.eqns}
+  # A new function each time: make_jaxpr caches traces by function.
+  primitives = lambda: {e.primitive.name for e in jax.make_jaxpr(lambda x, w: depthwise_conv2d(x, w))(x, w).jaxpr.eqns}
   assert "transpose" in primitives()
   with pytest.MonkeyPatch.context() as mp:
     mp.setattr(conv, "TRANSPOSE_TALL_FILTERS", False)
