@@ -87,7 +87,8 @@ def write_results(rows, stem, title):
   plt = pyplot()
   fig, ax = plt.subplots(figsize=(6.5, 3.8))
   speedups = [float(r["speedup"]) for r in rows]
-  ax.bar([r["model"] for r in rows], speedups)
+  ax.bar(range(len(rows)), speedups)
+  ax.set_xticks(range(len(rows)), [r["model"] for r in rows], rotation=20, ha="right")
   for i, s in enumerate(speedups):
     ax.text(i, s, f"{s:.2f}x", ha="center", va="bottom")
   ax.axhline(1.0, color="gray", linewidth=1)
