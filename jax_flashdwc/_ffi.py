@@ -6,9 +6,44 @@ whether the CUDA handlers were built in.
 
 from __future__ import annotations
 
+import os
+import re
+
 import jax
 
 from . import _jax_flashdwc
+
+
+def installed_ffi_api_version() -> tuple[int, int] | None:
+  """The XLA FFI API version of the installed jaxlib, read from the header it ships
+  (None where that header cannot be read)."""
+  try:
+    with open(os.path.join(jax.ffi.include_dir(), "xla", "ffi", "api", "c_api.h")) as f:
+      header = f.read()
+  except (OSError, AttributeError):
+    return None
+  parts = [re.search(rf"#define XLA_FFI_API_{part} (\d+)", header) for part in ("MAJOR", "MINOR")]
+  return None if None in parts else (int(parts[0].group(1)), int(parts[1].group(1)))
+
+
+def check_ffi_api_version(built: tuple[int, int], installed: tuple[int, int] | None) -> None:
+  """ImportError where XLA would refuse handlers compiled against API `built`.
+
+  XLA refuses a handler whose API version is newer than its own, and not alone:
+  JAX's backend then fails to start, taking every JAX computation down, CPU
+  included (seen on the H200 with a wheel built under build isolation against a
+  newer jax, API 0.5, than the jax 0.11.2 installed, API 0.4).
+  """
+  if installed is None or tuple(built) <= tuple(installed):
+    return
+  raise ImportError(
+      f"jax_flashdwc was compiled against XLA FFI API {built[0]}.{built[1]}, but the "
+      f"installed jax {jax.__version__} accepts up to {installed[0]}.{installed[1]}. Rebuild it "
+      "against the installed jax: pip install --no-build-isolation . (from the source "
+      "tree), or upgrade jax and jaxlib.")
+
+
+check_ffi_api_version(tuple(_jax_flashdwc.xla_ffi_api_version), installed_ffi_api_version())
 
 _REGISTRATIONS = _jax_flashdwc.registrations()
 

@@ -1,5 +1,6 @@
 // The native module `_jax_flashdwc`: hands the FFI handlers to Python as capsules,
-// grouped by platform, and exposes the output-poisoning switch used by the tests.
+// grouped by platform, with the XLA FFI API version they were compiled against, and
+// exposes the output-poisoning switch used by the tests.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/pair.h>
 
@@ -25,6 +26,9 @@ nb::capsule encapsulate_ffi_handler(T* fn) {
 }  // namespace
 
 NB_MODULE(_jax_flashdwc, m) {
+  // Each handler carries this version, and XLA refuses a handler newer than its own
+  // API, failing the whole backend at start: _ffi.py compares first.
+  m.attr("xla_ffi_api_version") = nb::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
   m.def("registrations", []() {
     nb::dict cpu;
     cpu["flashdwc_fwd"] = encapsulate_ffi_handler(flashdwc::DwConvFwdCpuFfi);
