@@ -176,3 +176,34 @@ def test_fused_epilogue_and_prologue_shard_with_their_channels(layout, devices):
     np.testing.assert_allclose(value, expected[0], rtol=1e-5, err_msg=what)
     for g, e in zip(grads, expected[1]):
       np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-4, atol=1e-5, err_msg=what)
+
+
+def test_tall_half_filter_shards_through_its_transposes(devices):
+  """A tall bf16 filter runs on swapped H and W (conv._runs_transposed): the swaps keep
+  N and C sharded, so nothing is gathered and each shard computes what one device does."""
+  case = ConvCase("tall_51x5", 8, 20, 12, 16, 51, 5)
+  mesh = _mesh(devices, "flat")
+  rng = np.random.default_rng(fresh_seed())
+  x = jnp.asarray(rng.uniform(-1, 1, case.x_shape), jnp.bfloat16)
+  w = jnp.asarray(rng.uniform(-1, 1, case.kernel_shape), jnp.bfloat16)
+  loss = lambda x, w: jnp.sum(jnp.tanh(depthwise_conv2d(x, w).astype(jnp.float32)))
+  fwd = jax.jit(lambda x, w: depthwise_conv2d(x, w))
+  step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+  fwd_ref = fwd(*jax.device_put((x, w), devices[0]))
+  grad_ref = step(*jax.device_put((x, w), devices[0]))
+  for name, x_spec, w_spec in _shardings("a"):
+    xs, ws = jax.device_put(x, NamedSharding(mesh, x_spec)), jax.device_put(w, NamedSharding(mesh, w_spec))
+    _assert_no_activation_gather(_hlo(fwd, xs, ws), f"fwd {name}")
+    _assert_no_activation_gather(_hlo(step, xs, ws), f"value_and_grad {name}")
+    # Every output element is summed by the same kernel in the same order on one shard.
+    np.testing.assert_array_equal(np.asarray(fwd(xs, ws), np.float32), np.asarray(fwd_ref, np.float32),
+                                  err_msg=name)
+    value, (dx, dw) = step(xs, ws)
+    np.testing.assert_allclose(value, grad_ref[0], rtol=1e-5, err_msg=name)
+    np.testing.assert_array_equal(np.asarray(dx, np.float32), np.asarray(grad_ref[1][0], np.float32),
+                                  err_msg=name)
+    # Over the batch the filter gradient's shard sums meet in a different order, and
+    # each is rounded to bf16 before they are added: a few bf16 ulps.
+    np.testing.assert_allclose(np.asarray(dw, np.float32), np.asarray(grad_ref[1][1], np.float32),
+                               rtol=3e-2, atol=3e-2 * float(np.abs(np.asarray(grad_ref[1][1], np.float32)).max()),
+                               err_msg=name)
