@@ -104,12 +104,7 @@ cudaError_t launch_bwd_filter_mma(const DwConvParams& p, const T* x, const T* dy
   const bool vec = p.channels % 8 == 0 && aligned(x, 16) && aligned(dy, 16);
   auto kernel = vec ? mma_kernel_for<T, true>(g) : mma_kernel_for<T, false>(g);
   const int64_t smem = smem_bytes(g);
-  if (smem > 48 * 1024) {
-    if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-        err != cudaSuccess) {
-      return err;
-    }
-  }
+  if (cudaError_t err = allow_dynamic_smem(kernel, size_t(smem)); err != cudaSuccess) return err;
   const dim3 blocks(unsigned(g.groups), unsigned(ceil_div(p.channels, Tr::kBlockChannels)), unsigned(chunks));
   kernel<<<blocks, Tr::kThreads, size_t(smem), stream>>>(x, dy, workspace, p, g);
   return cudaGetLastError();

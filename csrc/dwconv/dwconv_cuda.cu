@@ -60,12 +60,7 @@ cudaError_t launch_fwd_gemv(const DwConvParams& p, const T* x, const T* w, T* y,
   // those kernels run 3 blocks per SM (up to 168 registers) instead.
   constexpr int kMinBlocks = kPrologue ? 3 : GemvConfig<T, kStride>::kMinBlocksPerSM;
   auto kernel = dwconv_fwd_gemv_kernel<T, kTM, kStride, kVec, kPrologue, kMinBlocks>;
-  if (smem > 48 * 1024) {
-    if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-        err != cudaSuccess) {
-      return err;
-    }
-  }
+  if (cudaError_t err = allow_dynamic_smem(kernel, size_t(smem)); err != cudaSuccess) return err;
   kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, w, y, p, grid, epilogue, prologue);
   return cudaGetLastError();
 }
@@ -108,12 +103,7 @@ cudaError_t launch_fwd_rowstream(const DwConvParams& p, const T* x, const T* w, 
   grid.ring_rows = int(p.kernel_h) + Tr::kPrefetchRows;
   const size_t smem = size_t(rowstream_smem_bytes<T, kTM>(p.kernel_h, kKW));
   auto kernel = dwconv_fwd_rowstream_kernel<T, kTM, kKW>;
-  if (smem > 48 * 1024) {
-    if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-        err != cudaSuccess) {
-      return err;
-    }
-  }
+  if (cudaError_t err = allow_dynamic_smem(kernel, size_t(smem)); err != cudaSuccess) return err;
   const dim3 blocks(unsigned(p.batch * grid.strips * grid.row_blocks), unsigned(channel_blocks));
   kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, w, y, p, grid, epilogue);
   return cudaGetLastError();

@@ -75,12 +75,7 @@ cudaError_t launch(const DwConvParams& p, const MmaFwdGrid& g, const T* x, const
   const size_t smem = mma_fwd_smem_bytes(g);
   auto kernel = g.split > 1 ? mma_fwd::dwconv_fwd_mma_kernel<T, kVec, kPrologue, true>
                             : mma_fwd::dwconv_fwd_mma_kernel<T, kVec, kPrologue, false>;
-  if (smem > 48 * 1024) {
-    if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-        err != cudaSuccess) {
-      return err;
-    }
-  }
+  if (cudaError_t err = allow_dynamic_smem(kernel, size_t(smem)); err != cudaSuccess) return err;
   const dim3 blocks(unsigned(ceil_div(p.batch, g.split) * g.tiles_h * g.tiles_w),
                     unsigned(ceil_div(p.channels, Tr::kBlockChannels)));
   kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, w, y, p, g, epilogue, prologue);

@@ -21,6 +21,14 @@ inline dim3 direct_grid(int64_t elements) {
 
 inline bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
+// Lets `kernel` launch with `bytes` of dynamic shared memory: above 48 KB a kernel
+// needs the opt-in attribute.
+template <typename Kernel>
+inline cudaError_t allow_dynamic_smem(Kernel kernel, size_t bytes) {
+  if (bytes <= 48 * 1024) return cudaSuccess;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+}
+
 // The block shared-memory limit of the current device, or 0 where it cannot be read.
 inline int max_smem_per_block() {
   int device = 0, max_smem = 0;
