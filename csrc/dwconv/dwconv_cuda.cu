@@ -126,7 +126,8 @@ bool rowstream_supports(const DwConvParams& p, bool half_precision) {
   const int64_t most_blocks = p.batch * p.out_h * ((p.out_w + kRowStreamNarrowWidth - 1) / kRowStreamNarrowWidth);
   return p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1 &&
          (p.kernel_w == 3 || p.kernel_w == 5 || p.kernel_w == 7) && p.kernel_h <= kRowStreamMaxKernelH &&
-         p.channels % width == 0 && (p.channels + 8 * width - 1) / (8 * width) <= 65535 && most_blocks <= INT32_MAX;
+         p.channels % width == 0 && (p.channels + 8 * width - 1) / (8 * width) <= 65535 && most_blocks <= INT32_MAX &&
+         p.in_w * p.channels <= INT32_MAX;  // the kernel's copy offsets within a row
 }
 
 }  // namespace

@@ -111,20 +111,38 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
   const int64_t iw_begin = ow_begin - p.pad_left;
   const int input_rows = rows + kernel_h - 1;
 
-  // One input row into its ring slot: 16-byte copies, zero-filled outside the
-  // image and past C, so that the arithmetic below needs no predicates.
-  auto load_row = [&](int j) {
+  // A thread copies chunks q = threadIdx.x + kThreads * i of every input row: always
+  // the same channel group, at columns kThreads / kChannelGroups apart. Their offsets
+  // within a row are computed once, -1 where the chunk lies outside the image or past
+  // C (in_w * C fits 32 bits: rowstream_supports). Computed per copy, the indexing
+  // took about 37 SASS instructions per 16-byte copy (bf16, kTM 4, KW 3: 142 per 4
+  // copies), about 18% of a row's instructions at k = 3, where the seventh session's
+  // profile found the narrow strips bound by integer instructions.
+  constexpr int kCopies = (kRowChunks + Tr::kThreads - 1) / Tr::kThreads;
+  int copy_offset[kCopies];
+#pragma unroll
+  for (int i = 0; i < kCopies; ++i) {
+    const int q = threadIdx.x + i * Tr::kThreads;
+    const int64_t iw = iw_begin + q / Tr::kChannelGroups;
+    const int64_t c = channel_base + (q % Tr::kChannelGroups) * kWidth;
+    const bool valid = q < kRowChunks && iw >= 0 && iw < p.in_w && c < p.channels;
+    copy_offset[i] = valid ? int(iw * p.channels + c) : -1;
+  }
+
+  // Input row j into ring slot `slot`: 16-byte copies, zero-filled outside the image
+  // and past C, so that the arithmetic below needs no predicates.
+  auto load_row = [&](int j, int slot) {
     if (j >= input_rows) return;
     const int64_t ih = ih_begin + j;
     const bool row_inside = ih >= 0 && ih < p.in_h;
-    T* slot = ring + int64_t(j % grid.ring_rows) * kRowElems;
+    T* slot_row = ring + int64_t(slot) * kRowElems + threadIdx.x * kWidth;
     const T* x_row = x + (n * p.in_h + (row_inside ? ih : 0)) * p.in_w * p.channels;
-    for (int q = threadIdx.x; q < kRowChunks; q += Tr::kThreads) {
-      const int col = q / Tr::kChannelGroups, grp = q % Tr::kChannelGroups;
-      const int64_t iw = iw_begin + col;
-      const int64_t c = channel_base + grp * kWidth;
-      const bool valid = row_inside && iw >= 0 && iw < p.in_w && c < p.channels;
-      cp_async<16>(slot + q * kWidth, valid ? x_row + iw * p.channels + c : x, valid);
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      // Only the last round can run past the row's chunks.
+      if (i == kCopies - 1 && threadIdx.x + i * Tr::kThreads >= kRowChunks) break;
+      const bool valid = row_inside && copy_offset[i] >= 0;
+      cp_async<16>(slot_row + i * Tr::kThreads * kWidth, valid ? x_row + copy_offset[i] : x, valid);
     }
   };
 
@@ -152,7 +170,7 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
   // Rows 0 .. ring_rows - 2, one commit group each (empty groups past the last row
   // keep the count that cp_async_wait relies on).
   for (int j = 0; j < grid.ring_rows - 1; ++j) {
-    load_row(j);
+    load_row(j, j);
     cp_async_commit();
   }
 
@@ -179,7 +197,8 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
     // Makes those rows visible to every thread, and ends every thread's reads of
     // row o - 1, whose slot the next copy reuses.
     __syncthreads();
-    load_row(o + grid.ring_rows - 1);
+    // Row o + ring_rows - 1 goes where row o - 1 was: the slot before first_slot.
+    load_row(o + grid.ring_rows - 1, first_slot == 0 ? grid.ring_rows - 1 : first_slot - 1);
     cp_async_commit();
 
     float acc[kTM][kWidth];
