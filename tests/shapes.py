@@ -77,6 +77,13 @@ TEST_CASES = [
     # tensor cores): 4-wide and 2-wide outputs, and a 9-tall filter.
     ConvCase("rows_k7_c128", 2, 15, 70, 128, 7, 7),
     ConvCase("rows_k9x7_c64_narrow", 1, 20, 28, 64, 9, 7),
+    # The row-stream filter gradient (whole 64-channel blocks in fp16/bf16, 32 in fp32;
+    # outputs at least 32 wide; KH <= 7): a 7x3 filter (two column segments), VALID
+    # over two 64-column strips, and the 32-column strip in both precisions.
+    ConvCase("rows_k7x3_c64", 1, 18, 40, 64, 7, 3),
+    ConvCase("rows_valid_k5_c64_w70", 2, 9, 70, 64, 5, 5, padding="VALID"),
+    ConvCase("rows_k3_c128_w32", 1, 10, 32, 128, 3, 3),
+    ConvCase("rows_k5_c96_w32", 2, 12, 32, 96, 5, 5),
     # Height stride and dilation with a 9-wide filter, a ragged second channel block
     # (40 = 32 + 8), and a 17-wide filter with 1 valid channel in its second block
     # (the fp32 filter gradient's one-channel-per-lane tiles, TM 9 both).

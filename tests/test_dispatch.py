@@ -88,13 +88,13 @@ def test_filter_gradient_workspace_is_whole_fp32_slices(half_precision):
                                                 half_precision=half_precision) == 0  # the direct kernel
 
 
-def _bwd_filter_pick(native, case, half_precision):
+def _bwd_filter_pick(native, case, half_precision, deterministic=False):
   sh, sw = pair(case.strides)
   dh, dw = pair(case.dilation)
   out_w = (case.w - 1) // sw + 1  # SAME padding's width; the choice depends on it
   return native.cuda_bwd_filter_kernel(channels=case.c, in_h=case.h, in_w=case.w, out_w=out_w, kernel_h=case.kh,
                                        kernel_w=case.kw, stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw,
-                                       half_precision=half_precision)
+                                       half_precision=half_precision, deterministic=deterministic)
 
 
 @pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
@@ -105,17 +105,30 @@ def test_filter_gradient_dispatch_covers_every_kernel():
   for case in TEST_CASES:
     sh, sw = pair(case.strides)
     dh, dw = pair(case.dilation)
+    unit = (sh, sw, dh, dw) == (1, 1, 1, 1)
+    out_w = (case.w - 1) // sw + 1  # as _bwd_filter_pick passes it
+    # and whole channel blocks, 64 in fp16/bf16 and 32 in fp32
+    rowstream = unit and case.kw in (3, 5, 7) and case.kh <= 7 and out_w >= 32
     if sw > 2 or dw > 1:
       expected = "direct"
-    elif (sh, sw, dh, dw) == (1, 1, 1, 1) and case.kw <= 64 and (case.kw >= 13 or (case.kw >= 9 and case.w >= 64)):
+    elif unit and case.kw <= 64 and (case.kw >= 13 or (case.kw >= 9 and case.w >= 64)):
       expected = "mma"  # where it beat the split kernel on the H200 (bwd_filter_cuda.cu)
+    elif rowstream and case.c % 64 == 0:
+      expected = "rowstream"
     else:
       expected = "split"
     assert _bwd_filter_pick(native, case, half_precision=True) == expected, case.name
-    # fp32 never takes tensor cores.
-    assert _bwd_filter_pick(native, case, half_precision=False) == ("split" if expected == "mma" else expected)
+    # fp32 never takes tensor cores; its row-stream copies are 4 channels wide.
+    expected_fp32 = "rowstream" if rowstream and case.c % 32 == 0 else "split" if expected != "direct" else "direct"
+    assert _bwd_filter_pick(native, case, half_precision=False) == expected_fp32, case.name
+    # Deterministic mode has no row-stream kernel (its merge is atomic).
+    for half in (True, False):
+      picked = _bwd_filter_pick(native, case, half_precision=half, deterministic=True)
+      assert picked != "rowstream" and (picked == "split") == (_bwd_filter_pick(native, case, half) in
+                                                                ("split", "rowstream")), case.name
     chosen.setdefault(expected, []).append(case.name)
-  assert len(chosen["mma"]) >= 6 and len(chosen["split"]) >= 5 and len(chosen["direct"]) >= 3, chosen
+  assert (len(chosen["mma"]) >= 6 and len(chosen["split"]) >= 5 and len(chosen["direct"]) >= 3
+          and len(chosen["rowstream"]) >= 5), chosen
 
 
 @pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
@@ -130,8 +143,26 @@ def test_filter_gradient_tensor_core_bounds():
 
   assert pick(9, 64) == "mma" and pick(9, 63) == "split"  # 9 taps: wide maps only
   assert pick(13, 32) == "mma" and pick(13, 8) == "mma"  # 13 taps: any map
-  assert pick(7, 128) == "split" and pick(3, 128) == "split"
+  assert pick(7, 128) == "rowstream" and pick(3, 128) == "rowstream"
   assert pick(31, 128, half_precision=False) == "split"
+
+
+@pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
+def test_filter_gradient_rowstream_takes_only_the_shapes_it_was_timed_faster_on():
+  native = _ffi._jax_flashdwc
+
+  def pick(k, w, c, half_precision=True, kh=None):
+    return native.cuda_bwd_filter_kernel(channels=c, in_h=w, in_w=w, out_w=w, kernel_h=kh or k, kernel_w=k,
+                                         stride_h=1, stride_w=1, dilation_h=1, dilation_w=1,
+                                         half_precision=half_precision)
+
+  # The paper's maps: faster than the split kernel in both precisions.
+  assert pick(3, 64, 256) == pick(7, 32, 1024) == pick(5, 128, 128, half_precision=False) == "rowstream"
+  # ConvNeXt-T's stages (56x56x96 has 1.5 blocks of 64 channels; 28, 14 and 7 are narrow).
+  assert pick(7, 56, 96) == pick(7, 28, 192) == pick(7, 14, 384) == pick(7, 7, 768) == "split"
+  assert pick(7, 56, 96, half_precision=False) == "rowstream"  # 3 whole 32-channel blocks
+  assert pick(3, 32, 128) == "rowstream" and pick(3, 31, 128) == "split"
+  assert pick(3, 64, 256, kh=7) == "rowstream" and pick(3, 64, 256, kh=8) == "split"
 
 
 @pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")

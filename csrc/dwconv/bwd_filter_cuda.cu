@@ -74,8 +74,31 @@ constexpr int64_t kBwdFilterMmaMinTaps = 9;
 constexpr int64_t kBwdFilterMmaMinTapsNarrow = 13;
 constexpr int64_t kBwdFilterMmaWideMap = 64;
 
-BwdFilterKernel select_bwd_filter_kernel(const DwConvParams& p, bool half_precision) {
+// KW 3, 5 and 7 at stride 1 stream rows through shared memory (bwd_filter_rowstream.cuh)
+// where 16-byte copies take whole channel groups. Against the split kernel on the
+// H200 (kernel-level A/B, docs/perf-notes.md, eleventh session) it took 0.74-0.97x
+// the time at the 9 bf16 paper points with k <= 7 and 0.62-0.82x in fp32, but
+// 1.41x on 64x56x56x96 (1.5 channel blocks), 1.00x on 28x28, 1.29x on 14x14 and
+// 1.97x on 7x7 (few rows to pipeline), so it takes whole channel blocks, outputs at
+// least 32 wide, and the filter heights that were timed (KH <= 7; the kernel itself
+// handles up to kBwdFilterRowStreamMaxKernelH).
+inline constexpr int64_t kBwdFilterRowStreamMinOutW = 32;
+inline constexpr int64_t kBwdFilterRowStreamTimedKernelH = 7;
+
+bool bwd_filter_rowstream_applies(const DwConvParams& p, bool half_precision) {
+  const int64_t block_channels = half_precision ? 64 : 32;  // BwdFilterRowStreamTraits::kBlockChannels
+  const int64_t channel_blocks = p.channels / block_channels;
+  const int64_t most_blocks = p.batch * p.out_h * ((p.out_w + kBwdFilterRowStreamNarrowStrip - 1) /
+                                                   kBwdFilterRowStreamNarrowStrip);
+  return p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1 &&
+         (p.kernel_w == 3 || p.kernel_w == 5 || p.kernel_w == 7) && p.kernel_h >= 1 &&
+         p.kernel_h <= kBwdFilterRowStreamTimedKernelH && p.out_w >= kBwdFilterRowStreamMinOutW &&
+         p.channels % block_channels == 0 && channel_blocks <= 65535 && most_blocks <= INT32_MAX;
+}
+
+BwdFilterKernel select_bwd_filter_kernel(const DwConvParams& p, bool half_precision, bool deterministic) {
   if (!bwd_filter_split_applies(p)) return BwdFilterKernel::kDirect;
+  if (!deterministic && bwd_filter_rowstream_applies(p, half_precision)) return BwdFilterKernel::kRowStream;
   const int64_t min_taps = p.out_w >= kBwdFilterMmaWideMap ? kBwdFilterMmaMinTaps : kBwdFilterMmaMinTapsNarrow;
   const bool mma_wins = p.kernel_w >= min_taps;
   return half_precision && mma_wins && bwd_filter_mma_applies(p) ? BwdFilterKernel::kMma : BwdFilterKernel::kSplit;

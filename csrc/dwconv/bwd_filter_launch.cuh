@@ -1,7 +1,7 @@
-// The filter gradient's launch on the GPU: the split kernel's grid, the choice of
-// its template instance, and run_dwconv_bwd_filter, which also launches the
-// tensor-core kernel (bwd_filter_cuda_mma.cu) where select_bwd_filter_kernel picks
-// it. A template here, instantiated once per dtype in bwd_filter_cuda.cu,
+// The filter gradient's launch on the GPU: the split and row-stream kernels' grids,
+// the choice of their template instances, and run_dwconv_bwd_filter, which also
+// launches the tensor-core kernel (bwd_filter_cuda_mma.cu) where
+// select_bwd_filter_kernel picks it. A template here, instantiated once per dtype in bwd_filter_cuda.cu,
 // bwd_filter_cuda_f16.cu and bwd_filter_cuda_bf16.cu, so that the build compiles them
 // side by side: the channel widths (1 for fp32, 4, and 8 for fp16/bf16), TMs,
 // strides and vector variants make 72 kernels, and with the forward launchers in one
@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "dwconv/bwd_filter_mma.h"
+#include "dwconv/bwd_filter_rowstream.cuh"
 #include "dwconv/bwd_filter_split.cuh"
 #include "dwconv/direct_kernels.cuh"
 #include "dwconv/dwconv_cuda.h"
@@ -127,10 +128,54 @@ cudaError_t launch_bwd_filter_split_tiling(const DwConvParams& p, const BwdFilte
   }
 }
 
+// Row-stream blocks: strips of 64 output columns, or 32 where the output is at most
+// 32 wide (so that a narrow map does not leave half of every strip idle), in runs of
+// at least 16 output rows (the KH - 1 halo rows a block copies twice stay a small
+// fraction), enough runs for several waves of the H200's 132 SMs.
+inline constexpr int64_t kBwdFilterRowStreamTargetBlocks = 2048;
+inline constexpr int64_t kBwdFilterRowStreamMinRows = 16;
+
+template <typename T, int kStrip, int kKW>
+cudaError_t launch_bwd_filter_rowstream(const DwConvParams& p, const T* x, const T* dy, float* ws,
+                                        cudaStream_t stream) {
+  using Tr = BwdFilterRowStreamTraits<T, kStrip>;
+  BwdFilterRowStreamGrid grid;
+  grid.strips = (p.out_w + kStrip - 1) / kStrip;
+  const int64_t channel_blocks = (p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels;
+  const int64_t base = std::max<int64_t>(p.batch * grid.strips * channel_blocks, 1);
+  const int64_t row_blocks = std::clamp<int64_t>((kBwdFilterRowStreamTargetBlocks + base - 1) / base, 1, p.out_h);
+  grid.rows_per_block =
+      std::max((p.out_h + row_blocks - 1) / row_blocks, std::min(p.out_h, kBwdFilterRowStreamMinRows));
+  grid.row_blocks = (p.out_h + grid.rows_per_block - 1) / grid.rows_per_block;
+  grid.x_ring = int(p.kernel_h) + Tr::kPrefetchRows;
+  grid.segments = Tr::kWorkers / int(p.kernel_h);
+  const size_t smem = size_t(bwd_filter_rowstream_smem_bytes<T, kStrip, kKW>(p.kernel_h));
+  auto kernel = dwconv_bwd_filter_rowstream_kernel<T, kStrip, kKW>;
+  if (cudaError_t err = allow_dynamic_smem(kernel, size_t(smem)); err != cudaSuccess) return err;
+  const dim3 blocks(unsigned(p.batch * grid.strips * grid.row_blocks), unsigned(channel_blocks));
+  kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, dy, ws, p, grid);
+  return cudaGetLastError();
+}
+
+template <typename T, int kStrip>
+cudaError_t launch_bwd_filter_rowstream_strip(const DwConvParams& p, const T* x, const T* dy, float* ws,
+                                              cudaStream_t stream) {
+  switch (p.kernel_w) {
+    case 3: return launch_bwd_filter_rowstream<T, kStrip, 3>(p, x, dy, ws, stream);
+    case 5: return launch_bwd_filter_rowstream<T, kStrip, 5>(p, x, dy, ws, stream);
+    default: return launch_bwd_filter_rowstream<T, kStrip, 7>(p, x, dy, ws, stream);
+  }
+}
+
 template <typename T>
 cudaError_t run_dwconv_bwd_filter(const DwConvParams& p, const T* x, const T* dy, T* dw, float* workspace,
                                   bool deterministic, cudaStream_t stream) {
-  const BwdFilterKernel kernel = select_bwd_filter_kernel(p, !std::is_same_v<T, float>);
+  BwdFilterKernel kernel = select_bwd_filter_kernel(p, !std::is_same_v<T, float>, deterministic);
+  // The row-stream kernel's 16-byte copies need aligned buffers (XLA's are; a caller
+  // of this function may pass others).
+  if (kernel == BwdFilterKernel::kRowStream && !(aligned(x, 16) && aligned(dy, 16))) {
+    kernel = BwdFilterKernel::kSplit;
+  }
   if (kernel == BwdFilterKernel::kDirect) {
     const dim3 grid(unsigned(p.kernel_h * p.kernel_w),
                     unsigned((p.channels + kBwdFilterChannels - 1) / kBwdFilterChannels));
@@ -154,6 +199,11 @@ cudaError_t run_dwconv_bwd_filter(const DwConvParams& p, const T* x, const T* dy
     if constexpr (!std::is_same_v<T, float>) {
       err = launch_bwd_filter_mma<T>(p, x, dy, workspace, g.atomic ? 0 : slices, stream);
     }
+  } else if (kernel == BwdFilterKernel::kRowStream) {  // atomic mode only: one slice
+    err = p.out_w <= kBwdFilterRowStreamNarrowStrip
+              ? launch_bwd_filter_rowstream_strip<T, kBwdFilterRowStreamNarrowStrip>(p, x, dy, workspace, stream)
+              : launch_bwd_filter_rowstream_strip<T, 2 * kBwdFilterRowStreamNarrowStrip>(p, x, dy, workspace,
+                                                                                         stream);
   } else {
     err = launch_bwd_filter_split_tiling<T>(p, tiling, g, x, dy, workspace, stream);
   }

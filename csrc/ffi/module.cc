@@ -80,13 +80,14 @@ NB_MODULE(_jax_flashdwc, m) {
       nb::arg("channels"), nb::arg("out_w"), nb::arg("kernel_w"), nb::arg("stride_w"), nb::arg("dilation_w"),
       nb::arg("half_precision") = false, nb::arg("kernel_h") = 1, nb::arg("stride_h") = 1,
       nb::arg("dilation_h") = 1);
-  // Which CUDA filter-gradient kernel a problem gets ("mma", "split" or "direct"), so
-  // the dispatch tests can check each is exercised. "mma" needs the device's
-  // shared-memory limit, so without a GPU it is never chosen.
+  // Which CUDA filter-gradient kernel a problem gets ("mma", "rowstream", "split" or
+  // "direct"), so the dispatch tests can check each is exercised. "mma" needs the
+  // device's shared-memory limit, so without a GPU it is never chosen.
   m.def(
       "cuda_bwd_filter_kernel",
       [](int64_t channels, int64_t in_h, int64_t in_w, int64_t out_w, int64_t kernel_h, int64_t kernel_w,
-         int64_t stride_h, int64_t stride_w, int64_t dilation_h, int64_t dilation_w, bool half_precision) {
+         int64_t stride_h, int64_t stride_w, int64_t dilation_h, int64_t dilation_w, bool half_precision,
+         bool deterministic) {
         flashdwc::DwConvParams p{};
         p.batch = 1;
         p.channels = channels;
@@ -100,8 +101,9 @@ NB_MODULE(_jax_flashdwc, m) {
         p.stride_w = stride_w;
         p.dilation_h = dilation_h;
         p.dilation_w = dilation_w;
-        switch (flashdwc::select_bwd_filter_kernel(p, half_precision)) {
+        switch (flashdwc::select_bwd_filter_kernel(p, half_precision, deterministic)) {
           case flashdwc::BwdFilterKernel::kMma: return "mma";
+          case flashdwc::BwdFilterKernel::kRowStream: return "rowstream";
           case flashdwc::BwdFilterKernel::kSplit: return "split";
           case flashdwc::BwdFilterKernel::kDirect: return "direct";
         }
@@ -109,7 +111,7 @@ NB_MODULE(_jax_flashdwc, m) {
       },
       nb::arg("channels"), nb::arg("in_h"), nb::arg("in_w"), nb::arg("out_w"), nb::arg("kernel_h"),
       nb::arg("kernel_w"), nb::arg("stride_h"), nb::arg("stride_w"), nb::arg("dilation_h"), nb::arg("dilation_w"),
-      nb::arg("half_precision"));
+      nb::arg("half_precision"), nb::arg("deterministic") = false);
   // Bytes of the fp32 workspace the CUDA filter gradient needs; the lowering adds
   // a result of that size to the custom call, so XLA owns the memory (also inside
   // command buffers).

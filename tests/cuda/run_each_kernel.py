@@ -16,7 +16,8 @@ from jax_flashdwc import depthwise_conv2d
 
 # (N, H, W, C, KH, KW, strides, dilation, dtype): which kernels each reaches.
 CASES = [
-    (2, 19, 37, 40, 7, 7, 1, 1, jnp.float32),     # row-stream fwd and stride-1 bwd_data, split bwd_filter
+    (2, 19, 37, 40, 7, 7, 1, 1, jnp.float32),     # row-stream fwd and bwd_data, split bwd_filter (C % 32 != 0)
+    (2, 19, 37, 64, 7, 5, 1, 1, jnp.float32),     # row-stream bwd_filter, 64-column strip (deterministic: split)
     (1, 20, 21, 12, 4, 4, 1, 1, jnp.float32),     # GEMV fwd (KW 4), stride-1 bwd_data on GEMV
     (1, 21, 48, 40, 13, 13, 1, 1, jnp.float32),   # GEMV fwd at k 13, lane bwd_filter TM 13
     (1, 9, 28, 40, 9, 9, 1, 1, jnp.float32),      # lane bwd_filter TM 9, a ragged channel block
@@ -25,7 +26,8 @@ CASES = [
     (1, 40, 40, 16, 31, 31, 1, 1, jnp.float16),   # tensor cores: fwd (filter chunks), bwd_filter (2 M tiles, 2 groups)
     (2, 11, 13, 6, 3, 3, 3, 2, jnp.float32),      # direct fwd, direct bwd_data, direct bwd_filter
     (1, 9, 10, 5, 3, 4, 1, 1, jnp.float32),       # scalar (C % 4 != 0) paths
-    (2, 13, 29, 72, 3, 3, 1, 1, jnp.bfloat16),    # half row-stream, ragged 2nd 64-channel block; split bwd_filter
+    (2, 13, 29, 72, 3, 3, 1, 1, jnp.bfloat16),    # half row-stream fwd, ragged 2nd 64-channel block
+    (2, 13, 32, 128, 3, 3, 1, 1, jnp.bfloat16),   # half row-stream bwd_filter, 32-column strip
     (2, 13, 29, 72, 4, 4, 1, 1, jnp.bfloat16),    # half GEMV, 64-channel blocks, 16-byte loads; split bwd_filter
     (2, 13, 29, 100, 5, 5, 2, 1, jnp.float16),    # half GEMV stride 2, scalar (C % 8 != 0)
 ]

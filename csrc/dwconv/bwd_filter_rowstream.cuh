@@ -1,0 +1,240 @@
+// Filter gradient for small filters at stride 1 (KW of 3, 5 or 7; KH up to 16),
+// beyond the paper: the forward row-stream kernel's pipeline with the split
+// kernel's sliding window.
+//   dw[kh, kw, c] = sum over (n, oh, ow) of dy[n, oh, ow, c] * x[n, oh + kh - pad_top, ow + kw - pad_left, c]
+//
+// Why: at k <= 7 the split kernel ran at 0.79-0.99x XLA in bf16 and 0.50-0.54x in
+// fp32 at k = 3 on the H200 (docs/perf-notes.md, ninth session), bound by neither
+// bytes nor FLOPs: each thread loads its columns straight from global memory and
+// its FMAs wait on them with nothing of the next step in flight, and every input
+// row is fetched once per filter row that meets it.
+//
+// Here a block walks down one strip of an image: each input row and each dy row is
+// copied once, by cp.async, kPrefetchRows rows ahead of its use, zero-filled outside
+// the image and past the last output column (so that the arithmetic needs no
+// predicates). Block: 128 threads = 8 channel groups (16 bytes of channels each: 32
+// fp32 or 64 fp16/bf16 channels per block) x 16 workers. Worker w takes filter row
+// kh = w % KH and column segment w / KH of the strip: 16 / KH segments, so that all
+// KH filter rows are summed over every output row the block holds. A worker keeps
+// the KW taps of its filter row for its channels in fp32 registers; at the end the
+// segments' partial sums are added in a fixed order through shared memory and merged
+// into the fp32 workspace with atomicAdd (atomic mode only: deterministic mode keeps
+// the split kernel, whose slices the workspace is sized for).
+#pragma once
+
+#include <cstdint>
+
+#include "common/cp_async.cuh"
+#include "common/cuda_types.cuh"
+#include "common/static_for.cuh"
+#include "dwconv/params.h"
+
+namespace flashdwc {
+
+template <typename T, int kStrip_>
+struct BwdFilterRowStreamTraits {
+  static constexpr int kThreads = 128;
+  static constexpr int kWidth = Vec16<T>::kWidth;                        // channels per thread: 4 fp32, 8 half
+  static constexpr int kChannelGroups = 8;                                // 128 bytes of channels
+  static constexpr int kBlockChannels = kChannelGroups * kWidth;          // 32 or 64
+  static constexpr int kWorkers = kThreads / kChannelGroups;              // 16
+  static constexpr int kStrip = kStrip_;                                  // output columns per block
+  // Rows copied ahead of the row being summed, as in the forward row-stream kernel.
+  static constexpr int kPrefetchRows = 2;
+  static constexpr int kDyRing = kPrefetchRows + 1;
+};
+
+inline constexpr int kBwdFilterRowStreamMaxKernelH = 16;  // one worker per filter row at least
+inline constexpr int kBwdFilterRowStreamNarrowStrip = 32;  // strips are 32 or 64 output columns
+
+// Problem-derived values computed once on the host.
+struct BwdFilterRowStreamGrid {
+  int64_t strips;          // ceil(Wo / kStrip)
+  int64_t rows_per_block;  // output rows per block (the last block of an image may have fewer)
+  int64_t row_blocks;      // ceil(Ho / rows_per_block)
+  int x_ring;              // input-row slots: KH + kPrefetchRows
+  int segments;            // column segments of the strip: 16 / KH
+};
+
+// Bytes of dynamic shared memory: the input-row ring, then the dy-row ring; after
+// the last row the same bytes hold the workers' partial sums.
+template <typename T, int kStrip, int kKW>
+constexpr int64_t bwd_filter_rowstream_smem_bytes(int64_t kernel_h) {
+  using Tr = BwdFilterRowStreamTraits<T, kStrip>;
+  const int64_t channel_bytes = Tr::kBlockChannels * int64_t(sizeof(T));
+  const int64_t rings = (kernel_h + Tr::kPrefetchRows) * (kStrip + kKW - 1) * channel_bytes +
+                        Tr::kDyRing * kStrip * channel_bytes;
+  const int64_t partials = int64_t(Tr::kWorkers) * kKW * Tr::kBlockChannels * int64_t(sizeof(float));
+  return rings > partials ? rings : partials;
+}
+
+// One worker's columns [0, count) of its segment for one output row: acc[kw] +=
+// dy[ow] * x[ow + kw], with x_col at the segment's first input column and dy_col at
+// its first output column, both in shared memory, kBlockChannels elements a column.
+// Window invariant: at step r, slot (r + kw) % kKW holds input column r + kw; the
+// steps are unrolled in chunks of kKW so that every slot index is a constant.
+template <typename T, int kKW, int kBlockChannels>
+__device__ __forceinline__ void bwd_filter_rowstream_segment(float (&acc)[kKW][Vec16<T>::kWidth],
+                                                             const T* x_col, const T* dy_col, int count) {
+  constexpr int kWidth = Vec16<T>::kWidth;
+  float win[kKW][kWidth];
+#pragma unroll
+  for (int j = 0; j < kKW - 1; ++j) Vec16<T>::load_shared(x_col + j * kBlockChannels, win[j]);
+  const T* next_x = x_col + (kKW - 1) * kBlockChannels;
+  auto step = [&](auto k) {  // k = r % kKW, a constant
+    constexpr int kStep = decltype(k)::value;
+    Vec16<T>::load_shared(next_x, win[(kStep + kKW - 1) % kKW]);
+    float g[kWidth];
+    Vec16<T>::load_shared(dy_col, g);
+    next_x += kBlockChannels;
+    dy_col += kBlockChannels;
+#pragma unroll
+    for (int kw = 0; kw < kKW; ++kw)
+#pragma unroll
+      for (int i = 0; i < kWidth; ++i) acc[kw][i] = fmaf(win[(kStep + kw) % kKW][i], g[i], acc[kw][i]);
+  };
+  int r = 0;
+  for (; r + kKW <= count; r += kKW) static_for<0, kKW>(step);
+  const int remainder = count - r;
+  static_for<1, kKW>([&](auto length) {
+    if (remainder == decltype(length)::value) static_for<0, decltype(length)::value>(step);
+  });
+}
+
+// 3 resident blocks per SM cap the registers at 168: fp16/bf16 at KW = 7 hold 56
+// accumulators and a 56-register window.
+template <typename T, int kStrip, int kKW>
+__global__ void __launch_bounds__(BwdFilterRowStreamTraits<T, kStrip>::kThreads, 3)
+dwconv_bwd_filter_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ ws,
+                                   DwConvParams p, BwdFilterRowStreamGrid grid) {
+  using Tr = BwdFilterRowStreamTraits<T, kStrip>;
+  constexpr int kWidth = Tr::kWidth;
+  constexpr int kXColumns = kStrip + kKW - 1;
+  constexpr int kXRowElems = kXColumns * Tr::kBlockChannels;
+  constexpr int kDyRowElems = kStrip * Tr::kBlockChannels;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* x_ring = reinterpret_cast<T*>(smem_raw);              // (x_ring, kXColumns, kBlockChannels)
+  T* dy_ring = x_ring + int64_t(grid.x_ring) * kXRowElems;  // (kDyRing, kStrip, kBlockChannels)
+
+  const int kernel_h = int(p.kernel_h);
+  const int64_t strip = int64_t(blockIdx.x) % grid.strips;
+  const int64_t row_block = (int64_t(blockIdx.x) / grid.strips) % grid.row_blocks;
+  const int64_t n = int64_t(blockIdx.x) / (grid.strips * grid.row_blocks);
+  const int64_t channel_base = int64_t(blockIdx.y) * Tr::kBlockChannels;
+  const int64_t ow_begin = strip * kStrip;
+  const int64_t row_begin = row_block * grid.rows_per_block;
+  const int rows = int(min(row_begin + grid.rows_per_block, p.out_h) - row_begin);
+  // Input rows the block reads: ih_begin + j for j in [0, rows + KH - 1); output row
+  // o meets input rows o .. o + KH - 1 of these.
+  const int64_t ih_begin = row_begin - p.pad_top;
+  const int64_t iw_begin = ow_begin - p.pad_left;
+  const int input_rows = rows + kernel_h - 1;
+
+  // 16-byte copies, zero-filled outside the image, past the last output column and
+  // past C (C is a multiple of kWidth, so a channel group is whole or absent).
+  auto load_x_row = [&](int j) {
+    if (j >= input_rows) return;
+    const int64_t ih = ih_begin + j;
+    const bool row_inside = ih >= 0 && ih < p.in_h;
+    T* slot = x_ring + int64_t(j % grid.x_ring) * kXRowElems;
+    const T* x_row = x + (n * p.in_h + (row_inside ? ih : 0)) * p.in_w * p.channels;
+    for (int q = threadIdx.x; q < kXColumns * Tr::kChannelGroups; q += Tr::kThreads) {
+      const int col = q / Tr::kChannelGroups, grp = q % Tr::kChannelGroups;
+      const int64_t iw = iw_begin + col;
+      const int64_t c = channel_base + grp * kWidth;
+      const bool valid = row_inside && iw >= 0 && iw < p.in_w && c < p.channels;
+      cp_async<16>(slot + q * kWidth, valid ? x_row + iw * p.channels + c : x, valid);
+    }
+  };
+  auto load_dy_row = [&](int o) {
+    if (o >= rows) return;
+    T* slot = dy_ring + int64_t(o % Tr::kDyRing) * kDyRowElems;
+    const T* dy_row = dy + (n * p.out_h + row_begin + o) * p.out_w * p.channels;
+    for (int q = threadIdx.x; q < kStrip * Tr::kChannelGroups; q += Tr::kThreads) {
+      const int col = q / Tr::kChannelGroups, grp = q % Tr::kChannelGroups;
+      const int64_t ow = ow_begin + col;
+      const int64_t c = channel_base + grp * kWidth;
+      const bool valid = ow < p.out_w && c < p.channels;
+      cp_async<16>(slot + q * kWidth, valid ? dy_row + ow * p.channels + c : dy, valid);
+    }
+  };
+
+  // Commit groups 0 .. x_ring - 2 hold input rows 0 .. x_ring - 2, and the first
+  // kPrefetchRows of them dy rows 0 .. kPrefetchRows - 1; iteration o commits input
+  // row o + x_ring - 1 and dy row o + kPrefetchRows. Output row o needs input row
+  // o + KH - 1 and dy row o, both in group o + KH - 1 or earlier, so with
+  // x_ring - 1 + o groups committed, kPrefetchRows - 1 may still be in flight.
+  // (Empty groups past the last row keep that count.)
+  for (int j = 0; j < grid.x_ring - 1; ++j) {
+    load_x_row(j);
+    if (j < Tr::kPrefetchRows) load_dy_row(j);
+    cp_async_commit();
+  }
+
+  const int group = threadIdx.x % Tr::kChannelGroups;
+  const int worker = threadIdx.x / Tr::kChannelGroups;
+  const int kh = worker % kernel_h;
+  const int segment = worker / kernel_h;
+  const bool active = segment < grid.segments;
+  const int seg_begin = segment * kStrip / grid.segments;
+  const int seg_count = (segment + 1) * kStrip / grid.segments - seg_begin;
+
+  float acc[kKW][kWidth];
+#pragma unroll
+  for (int kw = 0; kw < kKW; ++kw)
+#pragma unroll
+    for (int i = 0; i < kWidth; ++i) acc[kw][i] = 0.0f;
+
+  // Ring slots of input row o + kh and dy row o, kept by increments.
+  int x_slot = kh % grid.x_ring;
+  int dy_slot = 0;
+  const int64_t thread_offset = int64_t(seg_begin) * Tr::kBlockChannels + group * kWidth;
+  for (int o = 0; o < rows; ++o) {
+    cp_async_wait<Tr::kPrefetchRows - 1>();
+    // Makes row o's copies visible to every thread, and ends every thread's reads
+    // of output row o - 1, whose slots the next copies reuse.
+    __syncthreads();
+    load_x_row(o + grid.x_ring - 1);
+    load_dy_row(o + Tr::kPrefetchRows);
+    cp_async_commit();
+    if (active) {
+      bwd_filter_rowstream_segment<T, kKW, Tr::kBlockChannels>(
+          acc, x_ring + int64_t(x_slot) * kXRowElems + thread_offset,
+          dy_ring + int64_t(dy_slot) * kDyRowElems + thread_offset, seg_count);
+    }
+    x_slot = x_slot + 1 == grid.x_ring ? 0 : x_slot + 1;
+    dy_slot = dy_slot + 1 == Tr::kDyRing ? 0 : dy_slot + 1;
+  }
+  // No copy may be in flight when the rings become the partial sums.
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // Partials (worker, kw, channel group, kWidth): a worker's kWidth floats for one
+  // tap are 16 or 32 contiguous bytes, the 8 groups' 128 or 256.
+  float* partials = reinterpret_cast<float*>(smem_raw);
+  auto partial = [&](int w, int kw) {
+    return partials + (int64_t(w) * kKW + kw) * Tr::kBlockChannels + group * kWidth;
+  };
+#pragma unroll
+  for (int kw = 0; kw < kKW; ++kw)
+#pragma unroll
+    for (int i = 0; i < kWidth; ++i) partial(worker, kw)[i] = acc[kw][i];
+  __syncthreads();
+  const int64_t c0 = channel_base + group * kWidth;
+  if (segment != 0 || c0 >= p.channels) return;
+  // Segment 0's worker of each filter row adds the others in segment order.
+  for (int s = 1; s < grid.segments; ++s) {
+#pragma unroll
+    for (int kw = 0; kw < kKW; ++kw)
+#pragma unroll
+      for (int i = 0; i < kWidth; ++i) acc[kw][i] += partial(s * kernel_h + kh, kw)[i];
+  }
+#pragma unroll
+  for (int kw = 0; kw < kKW; ++kw) {
+    float* dst = ws + (int64_t(kh) * kKW + kw) * p.channels + c0;
+#pragma unroll
+    for (int i = 0; i < kWidth; ++i) atomicAdd(dst + i, acc[kw][i]);
+  }
+}
+
+}  // namespace flashdwc

@@ -1,0 +1,150 @@
+"""A line-by-line model of the row-stream filter-gradient kernel's indexing
+(csrc/dwconv/bwd_filter_rowstream.cuh and its launch in bwd_filter_launch.cuh), in
+numpy, checked against a direct sum. Each ring slot carries the row it holds and
+each copy the commit group it belongs to, so a read of a slot that a later copy
+overwrote, or of a row whose group the wait did not cover, fails here.
+
+  python tests/cuda/bwd_filter_rowstream_model.py
+"""
+
+import numpy as np
+
+THREADS, GROUPS, WORKERS, PREFETCH = 128, 8, 16, 2
+TARGET_BLOCKS, MIN_ROWS = 2048, 16
+
+
+def direct(x, dy, kh_, kw_, pad_top, pad_left):
+  n, h, w, c = x.shape
+  _, ho, wo, _ = dy.shape
+  dw = np.zeros((kh_, kw_, c))
+  xp = np.zeros((n, h + ho + kh_, w + wo + kw_, c))
+  xp[:, pad_top:pad_top + h, pad_left:pad_left + w] = x
+  for i in range(kh_):
+    for j in range(kw_):
+      dw[i, j] = np.einsum("nhwc,nhwc->c", dy, xp[:, i:i + ho, j:j + wo])
+  return dw
+
+
+def model(x, dy, kh_, kw_, pad_top, pad_left, width):
+  n_, in_h, in_w, channels = x.shape
+  _, out_h, out_w, _ = dy.shape
+  strip = 32 if out_w <= 32 else 64
+  block_channels = GROUPS * width
+  strips = -(-out_w // strip)
+  channel_blocks = -(-channels // block_channels)
+  base = max(n_ * strips * channel_blocks, 1)
+  row_blocks = min(max(-(-TARGET_BLOCKS // base), 1), out_h)
+  rows_per_block = max(-(-out_h // row_blocks), min(out_h, MIN_ROWS))
+  row_blocks = -(-out_h // rows_per_block)
+  x_ring, segments, dy_ring = kh_ + PREFETCH, WORKERS // kh_, PREFETCH + 1
+  ws = np.zeros((kh_, kw_, channels))
+  x_cols = strip + kw_ - 1
+  for bx in range(n_ * strips * row_blocks):
+    for by in range(channel_blocks):
+      s_ = bx % strips
+      row_block = (bx // strips) % row_blocks
+      n = bx // (strips * row_blocks)
+      channel_base = by * block_channels
+      ow_begin = s_ * strip
+      row_begin = row_block * rows_per_block
+      rows = min(row_begin + rows_per_block, out_h) - row_begin
+      ih_begin, iw_begin = row_begin - pad_top, ow_begin - pad_left
+      input_rows = rows + kh_ - 1
+      xs = np.full((x_ring, x_cols, block_channels), np.nan)
+      xs_tag = [None] * x_ring  # (row, group) each slot holds
+      ds = np.full((dy_ring, strip, block_channels), np.nan)
+      ds_tag = [None] * dy_ring
+      committed = 0
+
+      def load_x_row(j):
+        if j >= input_rows:
+          return
+        ih = ih_begin + j
+        slot = j % x_ring
+        for col in range(x_cols):
+          iw = iw_begin + col
+          for grp in range(GROUPS):
+            c = channel_base + grp * width
+            valid = 0 <= ih < in_h and 0 <= iw < in_w and c < channels
+            xs[slot, col, grp * width:(grp + 1) * width] = x[n, ih, iw, c:c + width] if valid else 0.0
+        xs_tag[slot] = (j, committed)
+
+      def load_dy_row(o):
+        if o >= rows:
+          return
+        slot = o % dy_ring
+        for col in range(strip):
+          ow = ow_begin + col
+          for grp in range(GROUPS):
+            c = channel_base + grp * width
+            valid = ow < out_w and c < channels
+            ds[slot, col, grp * width:(grp + 1) * width] = dy[n, row_begin + o, ow, c:c + width] if valid else 0.0
+        ds_tag[slot] = (o, committed)
+
+      for j in range(x_ring - 1):
+        load_x_row(j)
+        if j < PREFETCH:
+          load_dy_row(j)
+        committed += 1
+      acc = np.zeros((WORKERS, GROUPS, kw_, width))
+      for o in range(rows):
+        landed = committed - (PREFETCH - 1)  # groups [0, landed) are complete after the wait
+        # Reads of iteration o happen after the copies issued below, which model the
+        # other threads racing ahead: the copies of iteration o may not touch a slot
+        # iteration o reads. Check the tags before and after.
+        snapshots = []
+        for worker in range(WORKERS):
+          kh, seg = worker % kh_, worker // kh_
+          if seg >= segments:
+            continue
+          x_slot, dy_slot = (o + kh) % x_ring, o % dy_ring
+          snapshots.append((worker, kh, seg, x_slot, dy_slot))
+          assert xs_tag[x_slot][0] == o + kh and xs_tag[x_slot][1] < landed, (o, kh, xs_tag[x_slot], landed)
+          assert ds_tag[dy_slot][0] == o and ds_tag[dy_slot][1] < landed, (o, ds_tag[dy_slot], landed)
+        load_x_row(o + x_ring - 1)
+        load_dy_row(o + PREFETCH)
+        committed += 1
+        for worker, kh, seg, x_slot, dy_slot in snapshots:
+          assert xs_tag[x_slot][0] == o + kh and ds_tag[dy_slot][0] == o, "a copy overwrote a slot being read"
+          seg_begin = seg * strip // segments
+          count = (seg + 1) * strip // segments - seg_begin
+          for grp in range(GROUPS):
+            chans = slice(grp * width, (grp + 1) * width)
+            for r in range(count):
+              g = ds[dy_slot, seg_begin + r, chans]
+              for kw in range(kw_):
+                acc[worker, grp, kw] += xs[x_slot, seg_begin + r + kw, chans] * g
+      for grp in range(GROUPS):
+        c0 = channel_base + grp * width
+        if c0 >= channels:
+          continue
+        for kh in range(kh_):
+          total = acc[kh, grp].copy()
+          for s in range(1, segments):
+            total += acc[s * kh_ + kh, grp]
+          ws[kh, :, c0:c0 + width] += total
+  return ws
+
+
+def main():
+  rng = np.random.default_rng(0)
+  cases = [  # (n, h, w, c, kh, kw, pad_top, pad_left, out_h, out_w, width)
+      (2, 9, 70, 16, 3, 3, 1, 1, 9, 70, 8),     # SAME, two 64-column strips
+      (1, 12, 20, 8, 5, 5, 2, 2, 12, 20, 8),    # narrow strip
+      (1, 10, 33, 12, 7, 7, 3, 3, 10, 33, 4),   # fp32 width, 33 columns: one 64 strip
+      (1, 20, 24, 8, 16, 3, 0, 0, 5, 22, 8),    # VALID, KH 16: one segment
+      (2, 40, 18, 8, 1, 5, 0, 2, 40, 18, 4),    # KH 1: 16 segments, 3 row blocks? (out_h 40)
+      (1, 7, 9, 8, 7, 7, 6, 0, 7, 3, 8),        # padding above only, wide filter over a small map
+      (3, 6, 40, 24, 2, 3, 1, 1, 6, 40, 8),     # even KH, 24 channels: a partial channel block
+  ]
+  for n, h, w, c, kh, kw, pt, pl, oh, ow, width in cases:
+    x = rng.uniform(-1, 1, (n, h, w, c))
+    dy = rng.uniform(-1, 1, (n, oh, ow, c))
+    want = direct(x, dy, kh, kw, pt, pl)
+    got = model(x, dy, kh, kw, pt, pl, width)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+    print(f"ok: n={n} {h}x{w}x{c} filter {kh}x{kw} pad ({pt},{pl}) out {oh}x{ow} width {width}")
+
+
+if __name__ == "__main__":
+  main()
