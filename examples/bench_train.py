@@ -31,8 +31,9 @@ from jax_flashdwc import conv as conv_module  # noqa: E402
 DEFAULT_MODELS = ("convnext_t", "convmixer_1536_20", "replknet31b", "slak_t")
 
 
-def time_step(model_name, conv, batch, size, bf16, steps, classes=1000, devices=None):
-  """Median seconds per training step.
+def make_step(model_name, conv, batch, size, bf16, classes=1000, devices=None):
+  """The jitted training step of a model and its arguments (params, opt_state, x, y),
+  with random data already on the device.
 
   With `devices`, the step is data-parallel over them: the (global) batch is split
   over a 1-D mesh, parameters and optimizer state are replicated, and XLA
@@ -50,16 +51,27 @@ def time_step(model_name, conv, batch, size, bf16, steps, classes=1000, devices=
     mesh = Mesh(np.array(devices), ("data",))
     x, y = jax.device_put((x, y), NamedSharding(mesh, P("data")))
     params, opt_state = jax.device_put((params, opt_state), NamedSharding(mesh, P()))
-  step = make_train_step(model, optimizer)
-  for _ in range(2):  # compile and warm up
-    params, opt_state, loss, _ = step(params, opt_state, x, y)
-  jax.block_until_ready(loss)
+  return make_train_step(model, optimizer), (params, opt_state, x, y)
+
+
+def run_steps(step, args, count):
+  """Runs `count` steps from `args`, feeding each step's state to the next; returns
+  the seconds each took (host clock, waiting for the loss) and the last arguments."""
+  params, opt_state, x, y = args
   times = []
-  for _ in range(steps):
+  for _ in range(count):
     start = time.perf_counter()
     params, opt_state, loss, _ = step(params, opt_state, x, y)
     jax.block_until_ready(loss)
     times.append(time.perf_counter() - start)
+  return times, (params, opt_state, x, y)
+
+
+def time_step(model_name, conv, batch, size, bf16, steps, classes=1000, devices=None):
+  """Median seconds per training step, after two steps of compilation and warm-up."""
+  step, args = make_step(model_name, conv, batch, size, bf16, classes, devices)
+  _, args = run_steps(step, args, 2)
+  times, _ = run_steps(step, args, steps)
   return statistics.median(times)
 
 

@@ -61,3 +61,22 @@ def test_data_parallel_benchmark_measures_every_device_count(tmp_path):
   assert all(float(r["images_per_s"]) > 0 for r in rows)
   again = bench.main(args)  # resumes from the CSV: everything is there, nothing is measured twice
   assert [r["step_ms"] for r in again] == [r["step_ms"] for r in rows]
+
+
+def test_profile_script_times_each_conv_and_the_scale_stand_in_has_the_same_parameters():
+  import jax
+  import jax.numpy as jnp
+
+  profile = _load("profile_train_step")
+  results = profile.main(["--model", "convnext_micro", "--batch", "2", "--image-size", "16", "--steps", "1",
+                          "--convs", "flashdwc", "scale"])
+  assert set(results) == {"flashdwc", "scale"}
+  assert all(wall > 0 for wall, _ in results.values())
+  models = profile.MODELS["convnext_micro"]
+  x = jnp.ones((1, 16, 16, 3))
+  trees = [jax.eval_shape(models(conv, 10, jnp.float32).init, jax.random.key(0), x)
+           for conv in (profile.DWCONVS["flashdwc"], profile.PerChannelScale)]
+  assert jax.tree.structure(trees[0]) == jax.tree.structure(trees[1])
+  assert profile.category("void flashdwc::dwconv_fwd_rowstream_kernel<bf16>") == "flashdwc"
+  assert profile.category("loop_convert_multiply_fusion_17") == "xla fusion"
+  assert profile.category("conv2d_c1_k1_nhwc_specialized") == "xla conv (cudnn)"
