@@ -114,7 +114,7 @@ def main(argv=None):
     results[conv] = wall, per_step
     busy = sum(per_step.values())
     print(f"\n== {args.model} with {conv}: {wall * 1e3:.2f} ms per step (wall), "
-          f"{busy / 1e6:.2f} ms of GPU kernels per step, {sum(1 for _ in per_step)} distinct kernels")
+          f"{busy / 1e6:.2f} ms of GPU kernels per step, {len(per_step)} distinct kernels")
     groups = collections.Counter()
     for name, ns in per_step.items():
       groups[category(name)] += ns

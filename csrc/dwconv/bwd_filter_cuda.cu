@@ -86,7 +86,9 @@ inline constexpr int64_t kBwdFilterRowStreamMinOutW = 32;
 inline constexpr int64_t kBwdFilterRowStreamTimedKernelH = 7;
 
 bool bwd_filter_rowstream_applies(const DwConvParams& p, bool half_precision) {
-  const int64_t block_channels = half_precision ? 64 : 32;  // BwdFilterRowStreamTraits::kBlockChannels
+  // The block width does not depend on the strip; fp16 and bf16 share it.
+  const int64_t block_channels = half_precision ? BwdFilterRowStreamTraits<__half, 32>::kBlockChannels
+                                                : BwdFilterRowStreamTraits<float, 32>::kBlockChannels;
   const int64_t channel_blocks = p.channels / block_channels;
   const int64_t most_blocks = p.batch * p.out_h * ((p.out_w + kBwdFilterRowStreamNarrowStrip - 1) /
                                                    kBwdFilterRowStreamNarrowStrip);

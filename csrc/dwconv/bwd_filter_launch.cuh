@@ -1,9 +1,9 @@
 // The filter gradient's launch on the GPU: the split and row-stream kernels' grids,
 // the choice of their template instances, and run_dwconv_bwd_filter, which also
 // launches the tensor-core kernel (bwd_filter_cuda_mma.cu) where
-// select_bwd_filter_kernel picks it. A template here, instantiated once per dtype in bwd_filter_cuda.cu,
-// bwd_filter_cuda_f16.cu and bwd_filter_cuda_bf16.cu, so that the build compiles them
-// side by side: the channel widths (1 for fp32, 4, and 8 for fp16/bf16), TMs,
+// select_bwd_filter_kernel picks it. A template here, instantiated once per dtype
+// in bwd_filter_cuda.cu, bwd_filter_cuda_f16.cu and bwd_filter_cuda_bf16.cu, so that
+// the build compiles them side by side: the channel widths (1 for fp32, 4, and 8 for fp16/bf16), TMs,
 // strides and vector variants make 72 kernels, and with the forward launchers in one
 // file nvcc -O3 took 441 s on one core (then 112 kernels); the fp32 file alone takes
 // 69 s.
@@ -151,7 +151,7 @@ cudaError_t launch_bwd_filter_rowstream(const DwConvParams& p, const T* x, const
   grid.segments = Tr::kWorkers / int(p.kernel_h);
   const size_t smem = size_t(bwd_filter_rowstream_smem_bytes<T, kStrip, kKW>(p.kernel_h));
   auto kernel = dwconv_bwd_filter_rowstream_kernel<T, kStrip, kKW>;
-  if (cudaError_t err = allow_dynamic_smem(kernel, size_t(smem)); err != cudaSuccess) return err;
+  if (cudaError_t err = allow_dynamic_smem(kernel, smem); err != cudaSuccess) return err;
   const dim3 blocks(unsigned(p.batch * grid.strips * grid.row_blocks), unsigned(channel_blocks));
   kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, dy, ws, p, grid);
   return cudaGetLastError();
