@@ -20,7 +20,9 @@ constexpr int64_t kMmaMaxKernelH = 1 << 20;
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // split: images side by side in a strip (fwd_mma.cuh, "Narrow maps"): 1, 2 or 4.
-MmaFwdGrid make_mma_fwd_grid(const DwConvParams& p, int split) {
+// tiles_per_block: output tiles a block computes down the image; above 1 only for
+// KH <= 9 (fwd_mma.cuh, the output tile's slots).
+MmaFwdGrid make_mma_fwd_grid(const DwConvParams& p, int split, int tiles_per_block) {
   using Tr = MmaFwdTraits;
   MmaFwdGrid g;
   g.frags = int(ceil_div(p.kernel_w, Tr::kFrag));
@@ -32,36 +34,70 @@ MmaFwdGrid make_mma_fwd_grid(const DwConvParams& p, int split) {
   g.sub_pairs = sub_cols / 2;
   g.sub_shift = split == 1 ? 4 : split == 2 ? 3 : 2;
   g.hi_word = split == 1 ? 32 : split / 2 * g.sub_pairs;
-  g.tile_rows = int(std::min<int64_t>(p.kernel_h + Tr::kRows - 1, Tr::kRingRows));
-  int x_plane = g.tile_rows * g.tile_cols;
-  // Plane stride of 4 mod 8 words: the two octets of a staging store hit disjoint banks.
-  if (x_plane % 16 == 0) x_plane += 8;
-  // The output tile aliases the x tile (always smaller: tile_cols >= 144, rows >= 8).
-  g.x_plane = std::max(x_plane, Tr::kOutPlane);
+  g.tile_rows = int(std::min<int64_t>(p.kernel_h + Tr::kRows - 1,
+                                      tiles_per_block > 1 ? Tr::kTallRingRows : Tr::kRingRows));
+  // Plane stride of 2 mod 4 words (tile_cols is a multiple of 8 elements): the
+  // channel octets 0 and 1 of a staging store or an output read, 8 planes apart,
+  // fall on disjoint halves of the 32 banks.
+  g.x_plane = g.tile_rows * g.tile_cols + 4;
   // B reads taps 9f + d, d in [-7, 15]: up to element 9F + 14 after the 8 leading zeros.
   g.filter_row = Tr::kFrag * g.frags + 16 + (g.frags & 1);
-  g.filter_rows = int(std::min<int64_t>(p.kernel_h, Tr::kChunk));
+  // With 16 ring slots a 9-row filter is one chunk: one staging pass, one barrier
+  // pair and one A-ring fill per tile instead of two.
+  g.filter_rows = int(std::min<int64_t>(p.kernel_h, g.tile_rows == Tr::kTallRingRows ? Tr::kTallChunk : Tr::kChunk));
   g.x_bytes = Tr::kBlockChannels * g.x_plane * 2;
   // Filter stage: filter_rows x 16 channels x 2 copies x filter_row elements (a multiple of 8 bytes).
   g.meta_offset = g.x_bytes + g.filter_rows * Tr::kBlockChannels * 2 * g.filter_row * 2;
   // Truncation is harmless: fwd_mma_supports rejects sizes that do not fit.
   g.tiles_w = uint32_t(ceil_div(p.out_w, Tr::kStripW));
   g.tiles_h = uint32_t(ceil_div(p.out_h, Tr::kRows));
+  g.tiles_per_block = tiles_per_block;
+  g.tile_blocks_h = uint32_t(ceil_div(g.tiles_h, tiles_per_block));
   return g;
 }
 
-size_t mma_fwd_smem_bytes(const MmaFwdGrid& g) { return size_t(g.meta_offset) + sizeof(mma_fwd::ActiveRange); }
+size_t mma_fwd_smem_bytes(const MmaFwdGrid& g) { return size_t(g.meta_offset) + sizeof(mma_fwd::BlockState); }
+
+int64_t grid_blocks(const DwConvParams& p, const MmaFwdGrid& g) {
+  return ceil_div(p.batch, g.split) * g.tile_blocks_h * g.tiles_w * ceil_div(p.channels, MmaFwdTraits::kBlockChannels);
+}
+
+// Blocks of `smem_bytes` each that one SM holds at once: two by the launch bounds,
+// fewer where shared memory runs out.
+int resident_blocks(const DeviceLimits& d, size_t smem_bytes) {
+  return int(std::clamp<int64_t>(d.smem_per_sm / int64_t(smem_bytes + d.smem_reserved_per_block), 1, 2));
+}
 
 // The most images per strip that the output width leaves room for and whose x
-// tile fits in shared memory; 1 always fits where fwd_mma_supports holds.
-MmaFwdGrid choose_mma_fwd_grid(const DwConvParams& p) {
-  const int max_smem = max_smem_per_block();
+// tile fits in shared memory (1 always fits where fwd_mma_supports holds); then
+// the most tiles per block (up to 4) that keep the SMs' resident blocks and leave
+// at least kMinWaves waves of blocks, so that the last wave's idle SMs stay a
+// small part of the time.
+// tiles_per_block > 0 fixes the tiles per block instead (tests), capped at 1 for KH > 9.
+MmaFwdGrid choose_mma_fwd_grid(const DwConvParams& p, int tiles_per_block) {
+  constexpr int64_t kMinWaves = 4;
+  const DeviceLimits d = device_limits();
+  MmaFwdGrid g = make_mma_fwd_grid(p, 1, 1);
   for (int split : {4, 2}) {
     if (p.out_w * split > MmaFwdTraits::kStripW) continue;
-    const MmaFwdGrid g = make_mma_fwd_grid(p, split);
-    if (mma_fwd_smem_bytes(g) <= size_t(max_smem)) return g;
+    const MmaFwdGrid candidate = make_mma_fwd_grid(p, split, 1);
+    if (mma_fwd_smem_bytes(candidate) <= size_t(d.smem_per_block)) {
+      g = candidate;
+      break;
+    }
   }
-  return make_mma_fwd_grid(p, 1);
+  if (p.kernel_h > 9 || g.tiles_h < 2) return g;
+  if (tiles_per_block > 0) return make_mma_fwd_grid(p, g.split, tiles_per_block);
+  const int resident = resident_blocks(d, mma_fwd_smem_bytes(g));
+  for (int tiles = MmaFwdTraits::kMaxTilesPerBlock; tiles > 1; --tiles) {
+    const MmaFwdGrid candidate = make_mma_fwd_grid(p, g.split, tiles);
+    const size_t smem = mma_fwd_smem_bytes(candidate);
+    if (smem <= size_t(d.smem_per_block) && resident_blocks(d, smem) == resident &&
+        grid_blocks(p, candidate) >= kMinWaves * resident * d.sms) {
+      return candidate;
+    }
+  }
+  return g;
 }
 
 bool empty_problem(const DwConvParams& p) {
@@ -76,7 +112,7 @@ cudaError_t launch(const DwConvParams& p, const MmaFwdGrid& g, const T* x, const
   auto kernel = g.split > 1 ? mma_fwd::dwconv_fwd_mma_kernel<T, kVec, kPrologue, true>
                             : mma_fwd::dwconv_fwd_mma_kernel<T, kVec, kPrologue, false>;
   if (cudaError_t err = allow_dynamic_smem(kernel, size_t(smem)); err != cudaSuccess) return err;
-  const dim3 blocks(unsigned(ceil_div(p.batch, g.split) * g.tiles_h * g.tiles_w),
+  const dim3 blocks(unsigned(ceil_div(p.batch, g.split) * g.tile_blocks_h * g.tiles_w),
                     unsigned(ceil_div(p.channels, Tr::kBlockChannels)));
   kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, w, y, p, g, epilogue, prologue);
   return cudaGetLastError();
@@ -97,16 +133,16 @@ bool fwd_mma_supports(const DwConvParams& p) {
   if (tiles_w > INT32_MAX || tiles_h > INT32_MAX / tiles_w || p.batch > INT32_MAX / (tiles_h * tiles_w)) {
     return false;
   }
-  const MmaFwdGrid g = make_mma_fwd_grid(p, 1);
+  const MmaFwdGrid g = make_mma_fwd_grid(p, 1, 1);
   if (ceil_div(p.channels, Tr::kBlockChannels) > 65535) return false;
   return mma_fwd_smem_bytes(g) <= size_t(max_smem_per_block());
 }
 
 template <typename T>
 cudaError_t launch_fwd_mma(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
-                           const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
+                           const FwdEpilogue& epilogue, const FwdPrologue& prologue, int tiles_per_block) {
   if (empty_problem(p)) return cudaSuccess;
-  const MmaFwdGrid g = choose_mma_fwd_grid(p);
+  const MmaFwdGrid g = choose_mma_fwd_grid(p, tiles_per_block);
   const bool vec = p.channels % 8 == 0 && aligned(x, 16) && aligned(w, 16) && aligned(y, 16);
   // The prologue is a template flag: the kernels without it compile as before.
   if (prologue.active()) {
@@ -118,9 +154,9 @@ cudaError_t launch_fwd_mma(const DwConvParams& p, const T* x, const T* w, T* y, 
 }
 
 template cudaError_t launch_fwd_mma<__half>(const DwConvParams&, const __half*, const __half*, __half*,
-                                            cudaStream_t, const FwdEpilogue&, const FwdPrologue&);
+                                            cudaStream_t, const FwdEpilogue&, const FwdPrologue&, int);
 template cudaError_t launch_fwd_mma<__nv_bfloat16>(const DwConvParams&, const __nv_bfloat16*,
                                                    const __nv_bfloat16*, __nv_bfloat16*, cudaStream_t,
-                                                   const FwdEpilogue&, const FwdPrologue&);
+                                                   const FwdEpilogue&, const FwdPrologue&, int);
 
 }  // namespace flashdwc

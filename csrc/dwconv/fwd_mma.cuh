@@ -17,13 +17,16 @@
 // 8 so that every ring slot index is a compile-time constant.
 //
 // Block: 8 warps, 16 channels (each pixel's 16 channels are one 32-byte
-// sector), each warp 2 channels; the block covers 8 output rows x 128 output
-// columns x 16 channels. Filter rows are processed in chunks of 8; each chunk's
-// input rows (8 + 7 halo rows) and filter rows are staged into shared memory,
-// input rows in a ring of 15 rows so that the 7 rows shared by consecutive
-// chunks are loaded once:
-//   x tile: [channel 16][ring row][tile column], zero outside the image and for
-//           channels >= C; staged through registers to transpose NHWC.
+// sector), each warp 2 channels; an output tile is 8 output rows x 128 output
+// columns x 16 channels, and a block computes tiles_per_block tiles stacked
+// down the image, one after the other. Filter rows are processed in chunks of
+// 8; each chunk's input rows (8 + 7 halo rows) and filter rows are staged into
+// shared memory, input rows in a ring (tile_rows slots) so that rows shared by
+// consecutive chunks, and by consecutive tiles of a block, are loaded once:
+//   x tile: [channel 16][ring slot][tile column], zero outside the image and for
+//           channels >= C; staged through registers to transpose NHWC. Ring
+//           rows are numbered from the block's first tile: tile j, output row
+//           r, filter row kh reads ring row 8j + r + kh, in slot row % tile_rows.
 //   filter: [chunk row 8][channel 16][copy 2][WP], WP = 9F + 16 rounded up to
 //           even, element kFilterPad + k = tap k, zero outside [0, KW); copy 1
 //           is copy 0 shifted by one element so that every (even or odd) pair
@@ -33,8 +36,22 @@
 // For the same reason an Inf or NaN in x spreads to outputs up to 15 columns
 // away whose windows do not contain it (0 * Inf = NaN); finite inputs are exact
 // up to fp32 summation order.
-// The output tile goes back through shared memory (aliasing the x tile), so
-// that global stores are 16-byte vectors of 8 channels.
+// The output tile goes back through shared memory, so that global stores are
+// 16-byte vectors of 8 channels. It aliases the ring slots of rows 8j .. 8j + 7,
+// which the next tile of the block never reads (it starts at row 8j + 8); with
+// one chunk per tile (KH <= 8) no later row has overwritten them before the
+// accumulators are written, and with KH = 9 a ring of 16 slots keeps the
+// tile's 16 rows apart (make_mma_fwd_grid allows several tiles per block for
+// KH <= 9 only).
+//
+// Tiles per block. Staging costs about as much as the MMAs at small filters:
+// bf16 k = 9 on 128x128x128x128 took 1.68 ms where the k = 31 and k = 51 times
+// put the MMA work at 0.40 ms. A block that walks down T tiles stages 8 new
+// input rows per tile instead of KH + 7, and with 16 ring slots a 9-row filter is
+// one chunk of 9 steps (one staging pass and one barrier pair per tile, not two).
+// Measured on the H200, bf16 k = 9, 12-21% faster (docs/perf-notes.md, twelfth
+// session). Four staging items in flight per thread instead of one were measured
+// too: 5% slower at k = 9 and up to 13% at k = 13 and 17, so staging keeps one.
 //
 // Narrow maps. Where the output is at most 64 (32) columns wide, a strip holds 2
 // (4) images side by side at the same output rows: segments 0-7 and 8-15 (or
@@ -67,14 +84,16 @@ struct MmaFwdTraits {
   static constexpr int kRows = 8;                                 // output rows per warp (ring length)
   static constexpr int kChunk = 8;                                // filter rows per shared-memory stage
   static constexpr int kRingRows = kChunk + kRows - 1;            // input rows one chunk reads
+  // Ring slots with several tiles per block at KH = 9 (one tile reads 16 rows),
+  // where all 9 filter rows are one chunk.
+  static constexpr int kTallRingRows = kChunk + kRows;
+  static constexpr int kTallChunk = kTallRingRows - kRows + 1;
+  static constexpr int kMaxTilesPerBlock = 4;
   static constexpr int kStripW = 128;                             // output columns per block (16 x 8)
   static constexpr int kFrag = 9;                                 // filter taps per MMA
   // Zeros before tap 0 in a filter row: B reads taps 9f + d for d in [-7, 15].
   static constexpr int kFilterPad = 8;
-  // Output tile plane: 8 rows x 128 columns, padded so that the plane stride in
-  // 32-bit words is 2 mod 4 (the two channel octets of a read hit disjoint banks).
-  static constexpr int kOutPlane = kRows * kStripW + 4;
-  static_assert(kRows == kChunk, "one unrolled chunk is one turn of the A ring");
+  static_assert(kRows == kChunk, "one unrolled chunk of 8 is one turn of the A ring");
   static_assert(kBlockChannels % 8 == 0, "staging moves 8 channels per item");
 };
 
@@ -82,16 +101,20 @@ struct MmaFwdTraits {
 struct MmaFwdGrid {
   int frags;        // F = ceil(KW / 9)
   int tile_cols;    // x tile row length in elements (>= 9F + 128, multiple of 8)
-  int tile_rows;    // rows of the x ring: min(KH + 7, kRingRows)
+  int tile_rows;    // slots of the x ring: min(KH + 7, kRingRows), or min(KH + 7, kTallRingRows) with tiles_per_block > 1
   int x_plane;      // elements per channel of the x tile
   int filter_row;   // WP: elements per filter row copy (even, >= 9F + 15)
-  int filter_rows;  // filter rows per stage: min(KH, kChunk)
+  int filter_rows;  // filter rows per stage (the chunk): min(KH, kChunk), or kTallChunk with tile_rows 16
   int x_bytes;      // offset of the filter stage in shared memory
   int meta_offset;  // offset of the block's ActiveRange in shared memory (16 bytes)
-  // Block index = (n / split * tiles_h + tile row) * tiles_w + tile column; the
-  // host keeps the product <= INT32_MAX, so all three fit in 32 bits.
-  uint32_t tiles_w;  // ceil(out_w / 128)
-  uint32_t tiles_h;  // ceil(out_h / 8)
+  // Block index = (n / split * tile_blocks_h + tile block) * tiles_w + tile column;
+  // the host keeps the product <= INT32_MAX, so all three fit in 32 bits. Tile
+  // block b holds the output tiles b * tiles_per_block + j, j < tiles_per_block,
+  // those below tiles_h.
+  uint32_t tiles_w;        // ceil(out_w / 128)
+  uint32_t tiles_h;        // ceil(out_h / 8)
+  uint32_t tile_blocks_h;  // ceil(tiles_h / tiles_per_block)
+  int tiles_per_block;
   int split;         // images side by side in a strip: 1, 2 (out_w <= 64) or 4 (<= 32)
   int sub_pairs;     // 32-bit words per image in an x tile row: tile_cols / 2 / split
   int sub_shift;     // log2 of the segments per image: 4, 3 or 2
@@ -105,17 +128,23 @@ namespace mma_fwd {
 // needs 96 of its 128 registers for the accumulators and the A ring.
 struct BlockTile {
   int64_t n, oh0, col0, channel_base;
+  // Tile j of the block (j = 0: the block's first, whose input rows number the ring).
   // kNarrow: more than one image per strip; with one, n needs no multiply by split.
   template <bool kNarrow>
-  __device__ __forceinline__ static BlockTile current(const MmaFwdGrid& g) {
+  __device__ __forceinline__ static BlockTile current(const MmaFwdGrid& g, int j) {
     const uint32_t bx = blockIdx.x;
     const uint32_t rest = bx / g.tiles_w;
     BlockTile t;
     t.col0 = int64_t(bx - rest * g.tiles_w) * MmaFwdTraits::kStripW;
-    t.oh0 = int64_t(rest % g.tiles_h) * MmaFwdTraits::kRows;
-    t.n = int64_t(rest / g.tiles_h) * (kNarrow ? g.split : 1);  // the first of the strip's images
+    t.oh0 = (int64_t(rest % g.tile_blocks_h) * g.tiles_per_block + j) * MmaFwdTraits::kRows;
+    t.n = int64_t(rest / g.tile_blocks_h) * (kNarrow ? g.split : 1);  // the first of the strip's images
     t.channel_base = int64_t(blockIdx.y) * MmaFwdTraits::kBlockChannels;
     return t;
+  }
+  // Output tiles of this block: tiles_per_block, fewer in the last tile block.
+  __device__ __forceinline__ static int count(const MmaFwdGrid& g) {
+    const uint32_t b = (blockIdx.x / g.tiles_w) % g.tile_blocks_h;
+    return int(min(uint32_t(g.tiles_per_block), g.tiles_h - b * uint32_t(g.tiles_per_block)));
   }
 };
 
@@ -165,9 +194,9 @@ struct LaneConsts {
 // columns col0 - pad_left + 9f + [0, 135].
 struct ActiveRange {
   int kh_begin, kh_end, f_begin, f_end;
-  __device__ __forceinline__ static ActiveRange make(const DwConvParams& p, const MmaFwdGrid& g) {
+  __device__ __forceinline__ static ActiveRange make(const DwConvParams& p, const MmaFwdGrid& g, int tile) {
     using Tr = MmaFwdTraits;
-    const BlockTile t = BlockTile::current<false>(g);  // n is not read
+    const BlockTile t = BlockTile::current<false>(g, tile);  // n is not read
     const int64_t ih0 = t.oh0 - p.pad_top, iw0 = t.col0 - p.pad_left;
     constexpr int64_t kSpan = Tr::kStripW + 7;  // last column a fragment reads: 8 * 15 + 15
     ActiveRange a;
@@ -182,6 +211,16 @@ struct ActiveRange {
     a.f_end = int(max(min(f_hi, int64_t(g.frags)), int64_t(a.f_begin)));
     return a;
   }
+};
+
+// Block-uniform state in shared memory, reread after each barrier, instead of
+// taking registers the compute phase needs.
+struct BlockState {
+  ActiveRange active;  // of the current tile
+  // Ring rows [max(ring_lo, ring_hi - tile_rows), ring_hi) are in their slots.
+  int ring_lo, ring_hi;
+  // Filter rows [filter_k0, filter_k0 + filter_rows) are in the stage.
+  int filter_k0, filter_rows;
 };
 
 // Two floats as one 32-bit word of T, the first in the low half.
@@ -219,11 +258,11 @@ __device__ __forceinline__ uint32_t prologue_pair(const FwdPrologue& prologue, u
   return pack2<T>(lo, hi);
 }
 
-// Input tile rows [row_begin, row_end) (tile row i is input row
-// oh0 - pad_top + i, tile column q is input column col0 - pad_left + q) into
-// ring slots i % kRingRows. An item is two adjacent columns x 8 channels: two
-// 16-byte loads, then per channel one 32-bit store of the column pair (the
-// transpose from NHWC).
+// Ring rows [row_begin, row_end) (ring row i is input row oh0 - pad_top + i,
+// oh0 the block's first output row; tile column q is input column
+// col0 - pad_left + q) into slots i % tile_rows; row_end - row_begin <= tile_rows.
+// An item is two adjacent columns x 8 channels: two 16-byte loads, then per
+// channel one 32-bit store of the column pair (the transpose from NHWC).
 // kPrologue: the prologue is applied to the elements inside the image.
 // kNarrow: more than one image per strip; with one, the image of every item is the
 // strip's, and no division finds it.
@@ -232,11 +271,12 @@ __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __rest
                                             const MmaFwdGrid& g, int row_begin, int row_end,
                                             const FwdPrologue& prologue) {
   using Tr = MmaFwdTraits;
-  const BlockTile t = BlockTile::current<kNarrow>(g);
+  const BlockTile t = BlockTile::current<kNarrow>(g, 0);
   const int64_t ih0 = t.oh0 - p.pad_top, iw0 = t.col0 - p.pad_left;
   const int64_t channel_base = t.channel_base;
   const int pairs = g.tile_cols / 2;
   const int plane_w = g.x_plane / 2;
+  const int slot_begin = row_begin % g.tile_rows;
   const int items = (row_end - row_begin) * pairs * Tr::kOctets;
 #pragma unroll 1
   for (int it = threadIdx.x; it < items; it += Tr::kThreads) {
@@ -244,24 +284,24 @@ __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __rest
     const int octet = it % Tr::kOctets;
     const int rest = it / Tr::kOctets;
     // Word q of tile row i is word q - sub * sub_pairs of image t.n + sub.
-    int q, i, sub;
+    int q, row, sub;  // row: ring row - row_begin
     if constexpr (kNarrow) {
       // rest = (row * split + sub) * sub_pairs + word within the image: one division
       // by sub_pairs, where q = rest % pairs with i = rest / pairs, then
       // sub = q / sub_pairs, took two.
       const int unit = rest / g.sub_pairs;
       const int log2_split = 4 - g.sub_shift;
-      const int row = unit >> log2_split;
+      row = unit >> log2_split;
       sub = unit & ((1 << log2_split) - 1);
-      i = row_begin + row;
       q = rest - row * pairs;
     } else {
-      q = rest % pairs;
-      i = row_begin + rest / pairs;
+      row = rest / pairs;
+      q = rest - row * pairs;
       sub = 0;
     }
     const int64_t n = t.n + sub;
-    const int64_t ih = ih0 + i;
+    const int64_t ih = ih0 + row_begin + row;
+    const int slot = slot_begin + row < g.tile_rows ? slot_begin + row : slot_begin + row - g.tile_rows;
     const int64_t iw = iw0 + 2 * (q - sub * g.sub_pairs);
     const int64_t c = channel_base + 8 * octet;
     const bool row_ok = (!kNarrow || n < p.batch) && ih >= 0 && ih < p.in_h && c < p.channels;
@@ -278,7 +318,7 @@ __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __rest
         if (ok1) v1[k] = prologue_pair<T>(prologue, v1[k], c + 2 * k, p.channels);
       }
     }
-    uint32_t* dst = xs + 8 * octet * plane_w + (i % Tr::kRingRows) * pairs + q;
+    uint32_t* dst = xs + 8 * octet * plane_w + slot * pairs + q;
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       dst[k * plane_w] = __byte_perm(v0[k / 2], v1[k / 2], (k & 1) ? 0x7632 : 0x5410);
@@ -317,12 +357,12 @@ __device__ __forceinline__ void stage_filter(uint16_t* fs, const uint16_t* __res
 }
 
 // One chunk of kSteps filter rows, fragment f, one channel: the A ring is
-// filled with tile rows k0 .. k0 + 6, then step s loads tile row k0 + s + 7 and
-// runs the 8 MMAs of filter row k0 + s.
-//   xa: this lane's first A word in the ring row of tile row k0, fragment f
+// filled with ring rows 8j + k0 .. 8j + k0 + 6, then step s loads ring row
+// 8j + k0 + s + 7 and runs the 8 MMAs of filter row k0 + s.
+//   xa: this lane's first A word in the slot of ring row 8j + k0, fragment f
 //       applied (word 4g + tig + floor(9f / 2) of the row);
-//   xa_wrap: the same word one row past the last ring slot; the ring rows are
-//       row_w words apart and wrap around after kRingRows rows;
+//   xa_wrap: the same word one row past the last ring slot; the slots are
+//       row_w words apart and wrap around after ring_w words (tile_rows slots);
 //   fb: this lane's B word for chunk row 0 (pair starting at tap 9f + 2tig - g);
 //       chunk rows are filter_stride_w words apart.
 // The row pointer advances by one add and a wrap test per load instead of
@@ -336,7 +376,7 @@ __device__ __forceinline__ void stage_filter(uint16_t* fs, const uint16_t* __res
 // the bf16 kernel 384 more SASS instructions per 1152 HMMA).
 template <typename T, bool kOdd, int kSteps, bool kNarrow>
 __device__ __forceinline__ void mma_chunk(float (&acc)[MmaFwdTraits::kRows][4], const uint32_t* xa,
-                                          const uint32_t* xa_wrap, int row_w, int hi, const uint32_t* fb,
+                                          const uint32_t* xa_wrap, int row_w, int ring_w, int hi, const uint32_t* fb,
                                           int filter_stride_w, uint32_t mask0, uint32_t mask1) {
   using Tr = MmaFwdTraits;
   constexpr int R = Tr::kRows;
@@ -360,7 +400,7 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[MmaFwdTraits::kRows][4], 
       a[3] = xb[4];
     }
     xa += row_w;
-    if (xa >= xa_wrap) xa -= Tr::kRingRows * row_w;
+    if (xa >= xa_wrap) xa -= ring_w;
   };
 #pragma unroll
   for (int i = 0; i < R - 1; ++i) load_a(ring[i]);
@@ -395,143 +435,169 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
   const int wp = g.filter_row;
   const int filter_stride_w = Tr::kBlockChannels * wp;  // words per chunk row: 16 channels x 2 copies
 
-  float acc[Tr::kWarpChannels][R][4];
-#pragma unroll
-  for (int cc = 0; cc < Tr::kWarpChannels; ++cc)
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[cc][r][e] = 0.0f;
-
-  // Filter rows and fragments that read only padding for every output of the
-  // block add nothing: skip them (whole chunks and fragments, block-uniform).
-  // The bounds live in shared memory, reread after each barrier, instead of
-  // taking 4 of the registers the compute phase needs.
-  ActiveRange* active = reinterpret_cast<ActiveRange*>(smem_raw + g.meta_offset);
-  if (threadIdx.x == 0) *active = ActiveRange::make(p, g);
-  __syncthreads();
-  for (int k0 = active->kh_begin; k0 < active->kh_end; k0 += Tr::kChunk) {
-    const int steps = min(Tr::kChunk, active->kh_end - k0);
-    // A chunk reads tile rows [k0, k0 + steps + 7); all but the first 7 are new
-    // unless it is the first. They go to the ring slots of rows k0 - 8 .. k0 - 1,
-    // which only the previous chunk read, and the barrier below its compute has
-    // passed.
-    const int row_begin = k0 == active->kh_begin ? k0 : k0 + R - 1;
-    const int row_end = k0 + steps + R - 1;
-    stage_input<T, kVec, kPrologue, kNarrow>(xs, x, p, g, row_begin, row_end, prologue);
-    stage_filter<kVec>(fs, w, p, g, k0, steps);
+  BlockState* state = reinterpret_cast<BlockState*>(smem_raw + g.meta_offset);
+  if (threadIdx.x == 0) {
+    state->ring_lo = state->ring_hi = 0;
+    state->filter_k0 = state->filter_rows = -1;
+  }
+  for (int tile = 0; tile < BlockTile::count(g); ++tile) {
+    // Filter rows and fragments that read only padding for every output of the
+    // tile add nothing: skip them (whole chunks and fragments, block-uniform).
+    if (threadIdx.x == 0) state->active = ActiveRange::make(p, g, tile);
+    // Also orders the previous tile's reads of its output slots before this
+    // tile's staging overwrites them.
     __syncthreads();
 
-    const int slot0 = k0 % Tr::kRingRows;
-    for (int f = active->f_begin; f < active->f_end; ++f) {
-      const LaneConsts lc = LaneConsts::make();
-      // Offsets of this lane's A and B words within a channel's planes.
-      const int f_word = (Tr::kFrag * f) >> 1;
-      const int a_word = kNarrow ? LaneConsts::a_word(g) : lc.word;
-      const int a_off = a_word + f_word + slot0 * row_w;
-      const int wrap_off = a_word + f_word + Tr::kRingRows * row_w;
-      // Pair (h, h + 1): copy 0 at word h / 2 when h is even, copy 1 (shifted
-      // by one element, wp / 2 words on) at word (h - 1) / 2 when h is odd.
-      const int h = lc.h0 + Tr::kFrag * f;
-      const int b_off = (h >> 1) + (h & 1) * (wp / 2);
-      auto run = [&](auto odd) {
+    float acc[Tr::kWarpChannels][R][4];
 #pragma unroll
-        for (int cc = 0; cc < Tr::kWarpChannels; ++cc) {
-          const int ch = lc.warp * Tr::kWarpChannels + cc;
-          const uint32_t* xc = xs + ch * plane_w;
-          const uint32_t* fb = reinterpret_cast<const uint32_t*>(fs) + ch * wp + b_off;  // chunk row 0
-          if (steps == Tr::kChunk) {
-            mma_chunk<T, odd.value, Tr::kChunk, kNarrow>(acc[cc], xc + a_off, xc + wrap_off, row_w, g.hi_word, fb,
-                                                filter_stride_w, lc.mask0, lc.mask1);
-          } else {
-            static_for<1, Tr::kChunk>([&](auto k) {
-              if (steps == k.value) {
-                mma_chunk<T, odd.value, k.value, kNarrow>(acc[cc], xc + a_off, xc + wrap_off, row_w, g.hi_word, fb,
-                                                 filter_stride_w, lc.mask0, lc.mask1);
-              }
-            });
+    for (int cc = 0; cc < Tr::kWarpChannels; ++cc)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[cc][r][e] = 0.0f;
+
+    for (int k0 = state->active.kh_begin; k0 < state->active.kh_end; k0 += g.filter_rows) {
+      const int steps = min(g.filter_rows, state->active.kh_end - k0);
+      // The chunk reads ring rows [need_begin, need_end). Those already in their
+      // slots (loaded by the previous chunk or tile) are not staged again; new rows
+      // go to the slots of rows at least tile_rows older, which no later chunk reads.
+      const int need_begin = R * tile + k0, need_end = need_begin + steps + R - 1;
+      const int ring_lo = state->ring_lo, ring_hi = state->ring_hi;
+      const bool resident = need_begin >= ring_lo && need_begin <= ring_hi && need_begin >= ring_hi - g.tile_rows;
+      const int row_begin = resident ? ring_hi : need_begin;
+      const bool filter_staged = state->filter_k0 == k0 && state->filter_rows == steps;
+      stage_input<T, kVec, kPrologue, kNarrow>(xs, x, p, g, row_begin, need_end, prologue);
+      if (!filter_staged) stage_filter<kVec>(fs, w, p, g, k0, steps);
+      __syncthreads();
+      // Every thread has read the state above; the next read follows the barrier
+      // below the compute.
+      if (threadIdx.x == 0) {
+        state->ring_lo = resident ? ring_lo : need_begin;
+        state->ring_hi = max(row_begin, need_end);
+        state->filter_k0 = k0;
+        state->filter_rows = steps;
+      }
+
+      const int slot0 = need_begin % g.tile_rows;
+      for (int f = state->active.f_begin; f < state->active.f_end; ++f) {
+        const LaneConsts lc = LaneConsts::make();
+        // Offsets of this lane's A and B words within a channel's planes.
+        const int f_word = (Tr::kFrag * f) >> 1;
+        const int a_word = kNarrow ? LaneConsts::a_word(g) : lc.word;
+        const int a_off = a_word + f_word + slot0 * row_w;
+        const int wrap_off = a_word + f_word + g.tile_rows * row_w;
+        // Pair (h, h + 1): copy 0 at word h / 2 when h is even, copy 1 (shifted
+        // by one element, wp / 2 words on) at word (h - 1) / 2 when h is odd.
+        const int h = lc.h0 + Tr::kFrag * f;
+        const int b_off = (h >> 1) + (h & 1) * (wp / 2);
+        auto run = [&](auto odd) {
+#pragma unroll
+          for (int cc = 0; cc < Tr::kWarpChannels; ++cc) {
+            const int ch = lc.warp * Tr::kWarpChannels + cc;
+            const uint32_t* xc = xs + ch * plane_w;
+            const uint32_t* fb = reinterpret_cast<const uint32_t*>(fs) + ch * wp + b_off;  // chunk row 0
+            if (steps == Tr::kChunk) {
+              mma_chunk<T, odd.value, Tr::kChunk, kNarrow>(acc[cc], xc + a_off, xc + wrap_off, row_w,
+                                                           g.tile_rows * row_w, g.hi_word, fb, filter_stride_w,
+                                                           lc.mask0, lc.mask1);
+            } else if (steps == Tr::kTallChunk) {
+              mma_chunk<T, odd.value, Tr::kTallChunk, kNarrow>(acc[cc], xc + a_off, xc + wrap_off, row_w,
+                                                               g.tile_rows * row_w, g.hi_word, fb, filter_stride_w,
+                                                               lc.mask0, lc.mask1);
+            } else {
+              static_for<1, Tr::kChunk>([&](auto k) {
+                if (steps == k.value) {
+                  mma_chunk<T, odd.value, k.value, kNarrow>(acc[cc], xc + a_off, xc + wrap_off, row_w,
+                                                            g.tile_rows * row_w, g.hi_word, fb, filter_stride_w,
+                                                            lc.mask0, lc.mask1);
+                }
+              });
+            }
           }
+        };
+        if (f & 1) {
+          run(std::true_type{});
+        } else {
+          run(std::false_type{});
         }
-      };
-      if (f & 1) {
-        run(std::true_type{});
-      } else {
-        run(std::false_type{});
+      }
+      // The next chunk's staging overwrites ring slots and the filter stage; the
+      // output rows below alias ring slots.
+      __syncthreads();
+    }
+
+    // Accumulators to the output tile: output row r of channel ch goes to the
+    // first 128 columns of ring row 8 * tile + r's slot in ch's plane. C fragment
+    // registers 0, 1 are (row g, columns 2tig, 2tig + 1), registers 2, 3 the same
+    // columns of row g + 8, i.e. output columns 8g + 2tig (+1) and 64 + 8g + 2tig (+1).
+    const int out_slot0 = R * tile % g.tile_rows;
+    {
+      const LaneConsts lc = LaneConsts::make();
+#pragma unroll
+      for (int cc = 0; cc < Tr::kWarpChannels; ++cc) {
+        uint32_t* dst = xs + (lc.warp * Tr::kWarpChannels + cc) * plane_w + lc.word;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const int slot = out_slot0 + r < g.tile_rows ? out_slot0 + r : out_slot0 + r - g.tile_rows;
+          dst[slot * row_w] = pack2<T>(acc[cc][r][0], acc[cc][r][1]);
+          dst[slot * row_w + 32] = pack2<T>(acc[cc][r][2], acc[cc][r][3]);
+        }
       }
     }
-    // The next chunk's staging overwrites ring slots and the filter stage; the
-    // output tile below aliases the x tile.
     __syncthreads();
-  }
 
-  // Accumulators to the output tile [channel][row][128 columns]: C fragment
-  // registers 0, 1 are (row g, columns 2tig, 2tig + 1), registers 2, 3 the same
-  // columns of row g + 8, i.e. output columns 8g + 2tig (+1) and 64 + 8g + 2tig (+1).
-  uint32_t* os = xs;
-  constexpr int kOutPlaneW = Tr::kOutPlane / 2;
-  constexpr int kOutRowW = Tr::kStripW / 2;
-  const LaneConsts lc = LaneConsts::make();
-#pragma unroll
-  for (int cc = 0; cc < Tr::kWarpChannels; ++cc) {
-    uint32_t* dst = os + (lc.warp * Tr::kWarpChannels + cc) * kOutPlaneW + lc.word;
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      dst[r * kOutRowW] = pack2<T>(acc[cc][r][0], acc[cc][r][1]);
-      dst[r * kOutRowW + 32] = pack2<T>(acc[cc][r][2], acc[cc][r][3]);
-    }
-  }
-  __syncthreads();
-
-  // Output tile to NHWC: an item is two adjacent columns x 8 channels.
-  const BlockTile t = BlockTile::current<kNarrow>(g);
-  constexpr int kPairs = Tr::kStripW / 2;
-  constexpr int kItems = R * kPairs * Tr::kOctets;
+    // Output tile to NHWC: an item is two adjacent columns x 8 channels.
+    const BlockTile t = BlockTile::current<kNarrow>(g, tile);
+    constexpr int kPairs = Tr::kStripW / 2;
+    constexpr int kItems = R * kPairs * Tr::kOctets;
 #pragma unroll 2
-  for (int it = threadIdx.x; it < kItems; it += Tr::kThreads) {
-    const int octet = it % Tr::kOctets;
-    const int q = (it / Tr::kOctets) % kPairs;
-    const int r = it / (Tr::kOctets * kPairs);
-    // Strip column 2q is column 2q mod (128 / split) of image t.n + 2q / (128 / split).
-    const int sub_shift_cols = g.sub_shift + 3;  // log2 of the columns per image
-    const int sub = kNarrow ? (2 * q) >> sub_shift_cols : 0;
-    const int64_t n = t.n + sub;
-    const int64_t oh = t.oh0 + r;
-    const int64_t ow = t.col0 + 2 * q - (sub << sub_shift_cols);
-    const int64_t c = t.channel_base + 8 * octet;
-    if ((kNarrow && n >= p.batch) || oh >= p.out_h || ow >= p.out_w || c >= p.channels) continue;
-    const uint32_t* src = os + 8 * octet * kOutPlaneW + r * kOutRowW + q;
-    uint32_t v[8];
+    for (int it = threadIdx.x; it < kItems; it += Tr::kThreads) {
+      const int octet = it % Tr::kOctets;
+      const int q = (it / Tr::kOctets) % kPairs;
+      const int r = it / (Tr::kOctets * kPairs);
+      // Strip column 2q is column 2q mod (128 / split) of image t.n + 2q / (128 / split).
+      const int sub_shift_cols = g.sub_shift + 3;  // log2 of the columns per image
+      const int sub = kNarrow ? (2 * q) >> sub_shift_cols : 0;
+      const int64_t n = t.n + sub;
+      const int64_t oh = t.oh0 + r;
+      const int64_t ow = t.col0 + 2 * q - (sub << sub_shift_cols);
+      const int64_t c = t.channel_base + 8 * octet;
+      if ((kNarrow && n >= p.batch) || oh >= p.out_h || ow >= p.out_w || c >= p.channels) continue;
+      const int slot = out_slot0 + r < g.tile_rows ? out_slot0 + r : out_slot0 + r - g.tile_rows;
+      const uint32_t* src = xs + 8 * octet * plane_w + slot * row_w + q;
+      uint32_t v[8];
 #pragma unroll
-    for (int k = 0; k < 8; ++k) v[k] = src[k * kOutPlaneW];
-    if (epilogue.active()) {
-      // Bias and activation (epilogue.h) here rather than on the accumulators,
-      // which would cost the compute phase registers it has none of (128): the
-      // pre-activation is rounded to T first, as an unfused bias + activation would.
+      for (int k = 0; k < 8; ++k) v[k] = src[k * plane_w];
+      if (epilogue.active()) {
+        // Bias and activation (epilogue.h) here rather than on the accumulators,
+        // which would cost the compute phase registers it has none of (128): the
+        // pre-activation is rounded to T first, as an unfused bias + activation would.
 #pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const T* bias_ptr = static_cast<const T*>(epilogue.bias);
-        const float bias = bias_ptr != nullptr && c + k < p.channels ? to_float(bias_ptr[c + k]) : 0.0f;
-        v[k] = pack2<T>(apply_activation(epilogue.activation, to_float(unpack_lo<T>(v[k])) + bias),
-                        apply_activation(epilogue.activation, to_float(unpack_hi<T>(v[k])) + bias));
+        for (int k = 0; k < 8; ++k) {
+          const T* bias_ptr = static_cast<const T*>(epilogue.bias);
+          const float bias = bias_ptr != nullptr && c + k < p.channels ? to_float(bias_ptr[c + k]) : 0.0f;
+          v[k] = pack2<T>(apply_activation(epilogue.activation, to_float(unpack_lo<T>(v[k])) + bias),
+                          apply_activation(epilogue.activation, to_float(unpack_hi<T>(v[k])) + bias));
+        }
       }
-    }
-    uint16_t* dst = y + ((n * p.out_h + oh) * p.out_w + ow) * p.channels + c;
-    const bool second = ow + 1 < p.out_w;
-    if constexpr (kVec) {
-      uint4 lo, hi;
-      lo.x = __byte_perm(v[0], v[1], 0x5410), hi.x = __byte_perm(v[0], v[1], 0x7632);
-      lo.y = __byte_perm(v[2], v[3], 0x5410), hi.y = __byte_perm(v[2], v[3], 0x7632);
-      lo.z = __byte_perm(v[4], v[5], 0x5410), hi.z = __byte_perm(v[4], v[5], 0x7632);
-      lo.w = __byte_perm(v[6], v[7], 0x5410), hi.w = __byte_perm(v[6], v[7], 0x7632);
-      *reinterpret_cast<uint4*>(dst) = lo;
-      if (second) *reinterpret_cast<uint4*>(dst + p.channels) = hi;
-    } else {
-      const int64_t valid = p.channels - c;
+      uint16_t* dst = y + ((n * p.out_h + oh) * p.out_w + ow) * p.channels + c;
+      const bool second = ow + 1 < p.out_w;
+      if constexpr (kVec) {
+        uint4 lo, hi;
+        lo.x = __byte_perm(v[0], v[1], 0x5410), hi.x = __byte_perm(v[0], v[1], 0x7632);
+        lo.y = __byte_perm(v[2], v[3], 0x5410), hi.y = __byte_perm(v[2], v[3], 0x7632);
+        lo.z = __byte_perm(v[4], v[5], 0x5410), hi.z = __byte_perm(v[4], v[5], 0x7632);
+        lo.w = __byte_perm(v[6], v[7], 0x5410), hi.w = __byte_perm(v[6], v[7], 0x7632);
+        *reinterpret_cast<uint4*>(dst) = lo;
+        if (second) *reinterpret_cast<uint4*>(dst + p.channels) = hi;
+      } else {
+        const int64_t valid = p.channels - c;
 #pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        if (k < valid) {
-          dst[k] = uint16_t(v[k]);
-          if (second) dst[p.channels + k] = uint16_t(v[k] >> 16);
+        for (int k = 0; k < 8; ++k) {
+          if (k < valid) {
+            dst[k] = uint16_t(v[k]);
+            if (second) dst[p.channels + k] = uint16_t(v[k] >> 16);
+          }
         }
       }
     }

@@ -41,4 +41,26 @@ inline int max_smem_per_block() {
   return max_smem;
 }
 
+// What a launcher sizes its grid by, for the current device; zeros where the
+// attributes cannot be read.
+struct DeviceLimits {
+  int64_t sms = 0;
+  int64_t smem_per_block = 0;  // opt-in limit
+  int64_t smem_per_sm = 0;
+  int64_t smem_reserved_per_block = 0;  // what the runtime keeps per resident block
+};
+
+inline DeviceLimits device_limits() {
+  int device = 0, sms = 0, per_block = 0, per_sm = 0, reserved = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device) != cudaSuccess) {
+    (void)cudaGetLastError();  // as in max_smem_per_block
+    return {};
+  }
+  return {sms, per_block, per_sm, reserved};
+}
+
 }  // namespace flashdwc

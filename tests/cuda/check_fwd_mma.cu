@@ -4,6 +4,8 @@
 //        tests/cuda/check_fwd_mma.cu csrc/dwconv/fwd_mma.cu -o check_fwd_mma
 // Run: ./check_fwd_mma   (--big adds a > 2^31-element sampled case; --time times
 // the kernel on the benchmark's bf16 points, median of 20 calls after warm-up)
+// Shapes with KH <= 9 run once with the launcher's choice of output tiles per
+// block and once with each fixed count 1 to 4.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -87,8 +89,9 @@ double ref_at(const DwConvParams& p, const std::vector<T>& x, const std::vector<
 constexpr size_t kGuardBytes = 256;  // keeps 16-byte alignment of the tensor inside
 constexpr uint8_t kCanary = 0xA5;
 
+// tiles: output tiles per block passed to launch_fwd_mma (0: its own choice).
 template <typename T>
-bool run_shape(const Shape& s, std::mt19937& rng, int64_t samples) {
+bool run_shape(const Shape& s, std::mt19937& rng, int64_t samples, int tiles = 0) {
   const DwConvParams p = params_of(s);
   if (!flashdwc::fwd_mma_supports(p)) {
     std::printf("  %-28s %s: NOT SUPPORTED (unexpected)\n", s.name, std::is_same_v<T, __half> ? "f16" : "bf16");
@@ -113,7 +116,8 @@ bool run_shape(const Shape& s, std::mt19937& rng, int64_t samples) {
   CK(cudaMemset(dy + kGuardBytes + ny * sizeof(T), kCanary, kGuardBytes));
   T* y = reinterpret_cast<T*>(dy + kGuardBytes);
 
-  CK(flashdwc::launch_fwd_mma<T>(p, reinterpret_cast<const T*>(dx), reinterpret_cast<const T*>(dw), y, 0));
+  CK(flashdwc::launch_fwd_mma<T>(p, reinterpret_cast<const T*>(dx), reinterpret_cast<const T*>(dw), y, 0, {}, {},
+                                 tiles));
   CK(cudaDeviceSynchronize());
   CK(cudaMemcpy(hy.data(), y, ny * sizeof(T), cudaMemcpyDeviceToHost));
   std::vector<uint8_t> guard(2 * kGuardBytes);
@@ -158,9 +162,9 @@ bool run_shape(const Shape& s, std::mt19937& rng, int64_t samples) {
     check_one(ny - 1);
   }
   ok &= bad == 0;
-  std::printf("  %-28s %-4s %s  (%lld checked, %lld bad, worst scaled err %.3g)\n", s.name,
-              std::is_same_v<T, __half> ? "f16" : "bf16", ok ? "ok  " : "FAIL", (long long)checked, (long long)bad,
-              worst);
+  std::printf("  %-28s %-4s tiles %d  %s  (%lld checked, %lld bad, worst scaled err %.3g)\n", s.name,
+              std::is_same_v<T, __half> ? "f16" : "bf16", tiles, ok ? "ok  " : "FAIL", (long long)checked,
+              (long long)bad, worst);
   return ok;
 }
 
@@ -244,11 +248,20 @@ int main(int argc, char** argv) {
       same("k13 same C16 W33 N2", 2, 14, 33, 16, 13, 13),
       same("3x127 same C16", 1, 10, 300, 16, 3, 127),
       same("k3 C4000", 1, 9, 9, 4000, 3, 3),
+      // Several output tiles per block: a last tile block with fewer tiles (9 tiles),
+      // 4 images per strip, and tiles whose first filter rows read only padding.
+      same("k9 same C16 W40 H70 N3", 3, 70, 40, 16, 9, 9),
+      same("k9 same C32 W32 H45 N6", 6, 45, 32, 32, 9, 9),
+      same("k5 same C24 W130 H33", 1, 33, 130, 24, 5, 5),
+      {"9x9 tall pad C16", 1, 10, 20, 16, 9, 9, 20, 4, 40, 20, false},
+      {"8x3 bottom pad C16", 2, 20, 50, 16, 8, 3, 0, 1, 41, 50, false},
   };
   bool ok = true;
   for (const Shape& s : shapes) {
-    ok &= run_shape<__half>(s, rng, 0);
-    ok &= run_shape<__nv_bfloat16>(s, rng, 0);
+    for (int tiles = 0; tiles <= (s.kh <= 9 ? 4 : 0); ++tiles) {
+      ok &= run_shape<__half>(s, rng, 0, tiles);
+      ok &= run_shape<__nv_bfloat16>(s, rng, 0, tiles);
+    }
   }
   {
     // Rejected geometry.
