@@ -20,14 +20,15 @@
 // sector), each warp 2 channels; an output tile is 8 output rows x 128 output
 // columns x 16 channels, and a block computes tiles_per_block tiles stacked
 // down the image, one after the other. Filter rows are processed in chunks of
-// 8; each chunk's input rows (8 + 7 halo rows) and filter rows are staged into
+// 8 (9 for a 9-row filter with several tiles a block, below); each chunk's
+// input rows (chunk + 7 halo rows) and filter rows are staged into
 // shared memory, input rows in a ring (tile_rows slots) so that rows shared by
 // consecutive chunks, and by consecutive tiles of a block, are loaded once:
 //   x tile: [channel 16][ring slot][tile column], zero outside the image and for
 //           channels >= C; staged through registers to transpose NHWC. Ring
 //           rows are numbered from the block's first tile: tile j, output row
 //           r, filter row kh reads ring row 8j + r + kh, in slot row % tile_rows.
-//   filter: [chunk row 8][channel 16][copy 2][WP], WP = 9F + 16 rounded up to
+//   filter: [chunk row][channel 16][copy 2][WP], WP = 9F + 16 rounded up to
 //           even, element kFilterPad + k = tap k, zero outside [0, KW); copy 1
 //           is copy 0 shifted by one element so that every (even or odd) pair
 //           of adjacent taps is one aligned 32-bit load.
@@ -49,9 +50,9 @@
 // put the MMA work at 0.40 ms. A block that walks down T tiles stages 8 new
 // input rows per tile instead of KH + 7, and with 16 ring slots a 9-row filter is
 // one chunk of 9 steps (one staging pass and one barrier pair per tile, not two).
-// Measured on the H200, bf16 k = 9, 12-21% faster (docs/perf-notes.md, twelfth
+// Measured on the H200, bf16 k = 9, 15-30% faster (docs/perf-notes.md, twelfth
 // session). Four staging items in flight per thread instead of one were measured
-// too: 5% slower at k = 9 and up to 13% at k = 13 and 17, so staging keeps one.
+// too: 6-9% slower at k = 9 and 11% at k = 13 and 17, so staging keeps one.
 //
 // Narrow maps. Where the output is at most 64 (32) columns wide, a strip holds 2
 // (4) images side by side at the same output rows: segments 0-7 and 8-15 (or
@@ -106,7 +107,7 @@ struct MmaFwdGrid {
   int filter_row;   // WP: elements per filter row copy (even, >= 9F + 15)
   int filter_rows;  // filter rows per stage (the chunk): min(KH, kChunk), or kTallChunk with tile_rows 16
   int x_bytes;      // offset of the filter stage in shared memory
-  int meta_offset;  // offset of the block's ActiveRange in shared memory (16 bytes)
+  int meta_offset;  // offset of the block's BlockState in shared memory
   // Block index = (n / split * tile_blocks_h + tile block) * tiles_w + tile column;
   // the host keeps the product <= INT32_MAX, so all three fit in 32 bits. Tile
   // block b holds the output tiles b * tiles_per_block + j, j < tiles_per_block,
