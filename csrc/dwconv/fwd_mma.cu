@@ -78,7 +78,8 @@ int resident_blocks(const DeviceLimits& d, size_t smem_bytes) {
 // the most tiles per block (up to 4) that keep the SMs' resident blocks and leave
 // at least kMinWaves waves of blocks, so that the last wave's idle SMs stay a
 // small part of the time.
-// tiles_per_block > 0 fixes the tiles per block instead (tests), capped at 1 for KH > 9.
+// tiles_per_block > 0 fixes the tiles per block instead (tests); filters taller than
+// kTallChunk (9) always get one.
 MmaFwdGrid choose_mma_fwd_grid(const DwConvParams& p, int tiles_per_block) {
   constexpr int64_t kMinWaves = 4;
   const DeviceLimits d = device_limits();
@@ -91,7 +92,7 @@ MmaFwdGrid choose_mma_fwd_grid(const DwConvParams& p, int tiles_per_block) {
       break;
     }
   }
-  if (p.kernel_h > 9 || g.tiles_h < 2) return g;
+  if (p.kernel_h > MmaFwdTraits::kTallChunk || g.tiles_h < 2) return g;
   if (tiles_per_block > 0) return make_mma_fwd_grid(p, g.split, tiles_per_block);
   const int resident = resident_blocks(d, mma_fwd_smem_bytes(g));
   for (int tiles = MmaFwdTraits::kMaxTilesPerBlock; tiles > 1; --tiles) {
