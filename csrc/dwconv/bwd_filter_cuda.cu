@@ -71,7 +71,7 @@ BwdFilterTiling bwd_filter_tiling(const DwConvParams& p, bool half_precision) {
 //   and k = 3 on 128^4 0.58 -> 1.32: below these bounds the 16-tap M tile is mostly
 //   padding and the split kernel wins. Widths between 32 and 64 are not measured.
 constexpr int64_t kBwdFilterMmaMinTaps = 9;
-constexpr int64_t kBwdFilterMmaMinTapsNarrow = 13;
+constexpr int64_t kBwdFilterMmaMinTapsNarrow = 9;
 constexpr int64_t kBwdFilterMmaWideMap = 64;
 
 // KW 3, 5 and 7 at stride 1 stream rows through shared memory (bwd_filter_rowstream.cuh)
