@@ -111,7 +111,7 @@ def test_filter_gradient_dispatch_covers_every_kernel():
     rowstream = unit and case.kw in (3, 5, 7) and case.kh <= 7 and out_w >= 32
     if sw > 2 or dw > 1:
       expected = "direct"
-    elif unit and case.kw <= 64 and (case.kw >= 13 or (case.kw >= 9 and case.w >= 64)):
+    elif unit and 9 <= case.kw <= 64:
       expected = "mma"  # where it beat the split kernel on the H200 (bwd_filter_cuda.cu)
     elif rowstream and case.c % 64 == 0:
       expected = "rowstream"
@@ -141,8 +141,8 @@ def test_filter_gradient_tensor_core_bounds():
                                          stride_h=1, stride_w=1, dilation_h=1, dilation_w=1,
                                          half_precision=half_precision)
 
-  assert pick(9, 64) == "mma" and pick(9, 63) == "split"  # 9 taps: wide maps only
-  assert pick(13, 32) == "mma" and pick(13, 8) == "mma"  # 13 taps: any map
+  assert pick(9, 64) == "mma" and pick(9, 32) == "mma" and pick(9, 8) == "mma"  # from 9 taps, any map
+  assert pick(13, 32) == "mma" and pick(13, 8) == "mma"
   assert pick(7, 128) == "rowstream" and pick(3, 128) == "rowstream"
   assert pick(31, 128, half_precision=False) == "split"
 

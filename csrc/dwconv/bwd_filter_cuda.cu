@@ -63,16 +63,16 @@ BwdFilterTiling bwd_filter_tiling(const DwConvParams& p, bool half_precision) {
   return bwd_filter_taps_computed(p, wide.tm) <= bwd_filter_taps_computed(p, narrow.tm) ? wide : narrow;
 }
 
-// fp16/bf16 take the tensor-core kernel from 9 taps across on maps at least 64
-// columns wide and from 13 taps on any map. Kernel-level A/B on the H200 (8ca3758,
-// bf16, ms, split -> tensor cores; docs/perf-notes.md, "Ninth session"):
-//   k = 31 on 128^4 22.9 -> 4.5, k = 13 on 32x32x1024 3.47 -> 1.96, k = 9 on 64x64x256
-//   1.64 -> 1.01, but k = 9 on 32x32x1024 1.72 -> 1.91, k = 7 on 56x56x96 0.25 -> 0.27
-//   and k = 3 on 128^4 0.58 -> 1.32: below these bounds the 16-tap M tile is mostly
-//   padding and the split kernel wins. Widths between 32 and 64 are not measured.
+// fp16/bf16 take the tensor-core kernel from 9 taps across. Kernel-level A/B on the
+// H200 of the kernel that staged one input row at a time (8ca3758, bf16, ms, split ->
+// tensor cores; docs/perf-notes.md, "Ninth session"): k = 31 on 128^4 22.9 -> 4.5,
+// k = 13 on 32x32x1024 3.47 -> 1.96, k = 9 on 64x64x256 1.64 -> 1.01, but k = 9 on
+// 32x32x1024 1.72 -> 1.91, k = 7 on 56x56x96 0.25 -> 0.27 and k = 3 on 128^4 0.58 ->
+// 1.32: below 9 taps the 16-tap M tile is mostly padding and the split kernel wins.
+// That kernel lost at k = 9 on 32-wide maps; staging up to 8 rows a barrier pair is
+// meant to win there (not yet measured: docs/perf-notes.md, "Prepared after the
+// twelfth session").
 constexpr int64_t kBwdFilterMmaMinTaps = 9;
-constexpr int64_t kBwdFilterMmaMinTapsNarrow = 13;
-constexpr int64_t kBwdFilterMmaWideMap = 64;
 
 // KW 3, 5 and 7 at stride 1 stream rows through shared memory (bwd_filter_rowstream.cuh)
 // where 16-byte copies take whole channel groups. Against the split kernel on the
@@ -101,8 +101,7 @@ bool bwd_filter_rowstream_applies(const DwConvParams& p, bool half_precision) {
 BwdFilterKernel select_bwd_filter_kernel(const DwConvParams& p, bool half_precision, bool deterministic) {
   if (!bwd_filter_split_applies(p)) return BwdFilterKernel::kDirect;
   if (!deterministic && bwd_filter_rowstream_applies(p, half_precision)) return BwdFilterKernel::kRowStream;
-  const int64_t min_taps = p.out_w >= kBwdFilterMmaWideMap ? kBwdFilterMmaMinTaps : kBwdFilterMmaMinTapsNarrow;
-  const bool mma_wins = p.kernel_w >= min_taps;
+  const bool mma_wins = p.kernel_w >= kBwdFilterMmaMinTaps;
   return half_precision && mma_wins && bwd_filter_mma_applies(p) ? BwdFilterKernel::kMma : BwdFilterKernel::kSplit;
 }
 

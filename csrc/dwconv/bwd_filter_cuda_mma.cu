@@ -14,6 +14,10 @@ constexpr int64_t kTargetBlocks = 2048;
 // Input rows a chunk takes at least: each chunk first stages every dy row of its
 // group, so a chunk much shorter than the ring would mostly stage.
 constexpr int64_t kMinRowsPerRingRow = 2;
+// K tiles (16 output columns each) a stage of input rows aims for: 8 rows on maps
+// at most 32 columns wide, 4 at 64, 2 at 128, one from 256 (see the kernel's comment).
+constexpr int kStageKTiles = 16;
+constexpr int kMaxStageRows = 8;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -30,8 +34,8 @@ int64_t smem_bytes(const MmaBwdFilterGrid& g) {
 }
 
 // n_per_group as wide as the tile budget allows, halved until the ring fits
-// `max_smem`; `slices` row chunks (deterministic), or as many as fill the GPU
-// (slices == 0, atomic).
+// `max_smem` (then one input row a stage); `slices` row chunks (deterministic), or
+// as many as fill the GPU (slices == 0, atomic).
 MmaBwdFilterGrid make_grid(const DwConvParams& p, int64_t slices, int64_t max_smem) {
   using Tr = MmaBwdFilterTraits;
   MmaBwdFilterGrid g;
@@ -41,12 +45,17 @@ MmaBwdFilterGrid make_grid(const DwConvParams& p, int64_t slices, int64_t max_sm
   // Words per plane copy: 16 (K + M) elements cover every A read (see the kernel).
   g.x_words = round_up_mod32(8 * (int64_t(g.k_tiles) + g.m_tiles), 16);
   g.dy_words = round_up_mod32(8 * int64_t(g.k_tiles), 4);
-  g.dy_offset = Tr::kBlockChannels * 2 * g.x_words * 4;
+  g.stage_rows = std::clamp(kStageKTiles / g.k_tiles, 1, kMaxStageRows);
   g.n_per_group = std::max(1, std::min(Tr::kMaxTiles / g.m_tiles, n_total));
   for (;;) {
-    g.ring_rows = 8 * g.n_per_group;
-    if (smem_bytes(g) <= max_smem || g.n_per_group == 1) break;
-    g.n_per_group /= 2;
+    g.ring_rows = 8 * g.n_per_group + g.stage_rows - 1;
+    g.dy_offset = g.stage_rows * Tr::kBlockChannels * 2 * g.x_words * 4;
+    if (smem_bytes(g) <= max_smem || (g.n_per_group == 1 && g.stage_rows == 1)) break;
+    if (g.n_per_group > 1) {
+      g.n_per_group /= 2;
+    } else {
+      g.stage_rows = 1;
+    }
   }
   g.groups = int(ceil_div(n_total, g.n_per_group));
   g.rows = p.batch * p.in_h;

@@ -12,11 +12,15 @@
 // Block: 4 warps, 8 channels (one 16-byte group per pixel), 2 channels per warp, and
 // the tiles of all kw for a group of filter rows: kMTiles x kNTiles <= kMaxTiles
 // (M tile, N tile) pairs, at most 2 x 4 x 4 = 32 accumulator registers per lane. Per
-// input row the block stages the row's 8 channel planes and one new row of dy into a
-// ring that holds the dy rows of the group's filter rows; then every warp runs, for
-// each 16 output columns and each of its channels, one MMA per tile, loading A once
-// per M tile and B once per N tile (5.8-8.6 SASS instructions per MMA in the loop;
-// with the tile count a runtime value and a select per B load, 16).
+// stage of up to stage_rows consecutive input rows of one image the block stages the
+// rows' 8 channel planes and the dy rows that enter a ring holding the dy rows of the
+// group's filter rows for all the stage's input rows; then for each input row every
+// warp runs, for each 16 output columns and each of its channels, one MMA per tile,
+// loading A once per M tile and B once per N tile (5.8-8.6 SASS instructions per MMA
+// in the loop; with the tile count a runtime value and a select per B load, 16).
+// Several rows a stage: on a 32-column map one row is 2 K tiles, 8 MMAs a warp,
+// against two barriers and a global load's latency, and the kernel lost to the
+// split kernel at k = 9 (1.91 against 1.72 ms, bf16 128x32x32x1024).
 //
 // A is Toeplitz (A[r][c] depends on r + c), so a lane's four A registers are the
 // column pairs starting at e, e + 8, e + 8 and e + 16 of the input plane, with
@@ -50,10 +54,11 @@ struct MmaBwdFilterGrid {
   int n_per_group;  // N tiles (8 filter rows each) per block, m_tiles * n_per_group <= kMaxTiles
   int groups;       // ceil(ceil(KH / 8) / n_per_group): blockIdx.x
   int k_tiles;      // ceil(Wo / 16)
-  int ring_rows;    // dy rows the ring holds: 8 * n_per_group
+  int stage_rows;   // input rows staged together (one image, consecutive)
+  int ring_rows;    // dy rows the ring holds: 8 * n_per_group + stage_rows - 1
   int x_words;      // 32-bit words per input-plane copy, 16 mod 32 (the two copies' A reads hit disjoint banks)
   int dy_words;     // 32-bit words per ring row, 4 mod 32 (a B read's 8 rows hit disjoint banks)
-  int dy_offset;    // byte offset of the ring in shared memory
+  int dy_offset;    // byte offset of the ring in shared memory (after stage_rows input-row slots)
   int64_t rows;            // N * H input rows
   int64_t rows_per_split;  // input rows per chunk (blockIdx.z)
   bool atomic;             // merge by atomicAdd into slice 0, else store into slice z
@@ -67,46 +72,57 @@ __device__ __forceinline__ int ring_slot(int64_t oh, int ring_rows) {
   return s < 0 ? s + ring_rows : s;
 }
 
-// Input row (n, ih) into both copies of the 8 channel planes: copy 0 element j is
-// input column j - pad_left, copy 1 element j is column j + 1 - pad_left.
+// Halves of one input-row slot: 8 channel planes, 2 copies each.
+__device__ __forceinline__ int x_slot_halves(const MmaBwdFilterGrid& g) {
+  return MmaBwdFilterTraits::kBlockChannels * 2 * 2 * g.x_words;
+}
+
+// Input rows (n, ih0 + r), r < count, into slot r, both copies of the 8 channel
+// planes: copy 0 element j is input column j - pad_left, copy 1 element j is column
+// j + 1 - pad_left.
 template <bool kVec>
-__device__ __forceinline__ void stage_x_row(uint16_t* xs, const uint16_t* __restrict__ x, const DwConvParams& p,
-                                            const MmaBwdFilterGrid& g, int64_t n, int64_t ih,
-                                            int64_t channel_base) {
+__device__ __forceinline__ void stage_x_rows(uint16_t* xs, const uint16_t* __restrict__ x, const DwConvParams& p,
+                                             const MmaBwdFilterGrid& g, int64_t n, int64_t ih0, int count,
+                                             int64_t channel_base) {
   const int cols = 2 * g.x_words;
   const int copy = cols;  // halves from copy 0 of a channel to its copy 1
-  const bool row_ok = ih >= 0 && ih < p.in_h;
-  const uint16_t* row = x + (n * p.in_h + (row_ok ? ih : 0)) * p.in_w * p.channels + channel_base;
-  for (int j = threadIdx.x; j < cols; j += MmaBwdFilterTraits::kThreads) {
+  const int items = count * cols;
+  for (int it = threadIdx.x; it < items; it += MmaBwdFilterTraits::kThreads) {
+    const int r = it / cols, j = it - r * cols;
+    const int64_t ih = ih0 + r;
     const int64_t iw = j - p.pad_left;
-    const bool ok = row_ok && iw >= 0 && iw < p.in_w;
+    const bool ok = ih >= 0 && ih < p.in_h && iw >= 0 && iw < p.in_w;
+    const int64_t offset = ((n * p.in_h + ih) * p.in_w + iw) * p.channels + channel_base;
     uint32_t v[4];
-    load8<kVec>(ok ? row + iw * p.channels : x, ok, p.channels - channel_base, v);
+    load8<kVec>(ok ? x + offset : x, ok, p.channels - channel_base, v);
+    uint16_t* slot = xs + r * x_slot_halves(g);
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       const uint16_t h = uint16_t(v[k / 2] >> (16 * (k & 1)));
-      uint16_t* plane = xs + k * 2 * copy;
+      uint16_t* plane = slot + k * 2 * copy;
       plane[j] = h;
       if (j > 0) plane[copy + j - 1] = h;
     }
   }
 }
 
-// dy row (n, oh) into its ring slot of the 8 channel planes; zeros outside the
-// image and past Wo.
+// dy rows (n, oh), oh in [oh_first, oh_last], into their ring slots of the 8 channel
+// planes; zeros outside the image and past Wo.
 template <bool kVec>
-__device__ __forceinline__ void stage_dy_row(uint16_t* ds, const uint16_t* __restrict__ dy, const DwConvParams& p,
-                                             const MmaBwdFilterGrid& g, int64_t n, int64_t oh,
-                                             int64_t channel_base) {
+__device__ __forceinline__ void stage_dy_rows(uint16_t* ds, const uint16_t* __restrict__ dy, const DwConvParams& p,
+                                              const MmaBwdFilterGrid& g, int64_t n, int64_t oh_first,
+                                              int64_t oh_last, int64_t channel_base) {
   const int cols = 2 * g.dy_words;
   const int plane = g.ring_rows * cols;  // halves from one channel's ring to the next
-  const bool row_ok = oh >= 0 && oh < p.out_h;
-  const uint16_t* row = dy + (n * p.out_h + (row_ok ? oh : 0)) * p.out_w * p.channels + channel_base;
-  uint16_t* slot = ds + ring_slot(oh, g.ring_rows) * cols;
-  for (int j = threadIdx.x; j < cols; j += MmaBwdFilterTraits::kThreads) {
-    const bool ok = row_ok && j < p.out_w;
+  const int items = int(oh_last - oh_first + 1) * cols;
+  for (int it = threadIdx.x; it < items; it += MmaBwdFilterTraits::kThreads) {
+    const int r = it / cols, j = it - r * cols;
+    const int64_t oh = oh_first + r;
+    const bool ok = oh >= 0 && oh < p.out_h && j < p.out_w;
+    const int64_t offset = ((n * p.out_h + oh) * p.out_w + j) * p.channels + channel_base;
     uint32_t v[4];
-    load8<kVec>(ok ? row + int64_t(j) * p.channels : dy, ok, p.channels - channel_base, v);
+    load8<kVec>(ok ? dy + offset : dy, ok, p.channels - channel_base, v);
+    uint16_t* slot = ds + ring_slot(oh, g.ring_rows) * cols;
 #pragma unroll
     for (int k = 0; k < 8; ++k) slot[k * plane + j] = uint16_t(v[k / 2] >> (16 * (k & 1)));
   }
@@ -155,59 +171,66 @@ dwconv_bwd_filter_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ 
 
   const int64_t row_begin = int64_t(blockIdx.z) * g.rows_per_split;
   const int64_t row_end = min(row_begin + g.rows_per_split, g.rows);
-  for (int64_t row = row_begin; row < row_end; ++row) {
-    const int64_t n = row / p.in_h, ih = row % p.in_h;
-    // dy rows ih + pad_top - kh for kh in [kh_begin, kh_end): all of them at the
-    // start of a chunk or an image, then the one that enters.
-    const int64_t oh_top = ih + p.pad_top - kh_begin;
-    const int64_t oh_first = row == row_begin || ih == 0 ? oh_top - (kh_end - kh_begin) + 1 : oh_top;
-    __syncthreads();  // the previous row's MMAs have read the slots about to change
-    stage_x_row<kVec>(xs, x, p, g, n, ih, channel_base);
-    for (int64_t oh = oh_first; oh <= oh_top; ++oh) stage_dy_row<kVec>(ds, dy, p, g, n, oh, channel_base);
+  for (int64_t row0 = row_begin; row0 < row_end;) {
+    const int64_t n = row0 / p.in_h, ih0 = row0 % p.in_h;
+    const int count = int(min(min(int64_t(g.stage_rows), row_end - row0), p.in_h - ih0));
+    // Input row ih reads dy rows ih + pad_top - kh for kh in [kh_begin, kh_end): all
+    // of the stage's at the start of a chunk or an image, else the count that enter.
+    // The ring holds the kh_end - kh_begin + count - 1 rows one stage reads.
+    const int64_t oh_top = ih0 + count - 1 + p.pad_top - kh_begin;
+    const int64_t oh_first = row0 == row_begin || ih0 == 0 ? ih0 + p.pad_top - kh_end + 1 : oh_top - count + 1;
+    __syncthreads();  // the previous stage's MMAs have read the slots about to change
+    stage_x_rows<kVec>(xs, x, p, g, n, ih0, count, channel_base);
+    stage_dy_rows<kVec>(ds, dy, p, g, n, oh_first, oh_top, channel_base);
     __syncthreads();
+    row0 += count;
 
-    // This lane's A words (plane copy by the parity of gid; element 16 m + gid +
-    // 2 tig) and B words (ring row of kh = kh_begin + 8 nt + gid; element 2 tig),
-    // for 16 output columns from column 0; each next 16 columns are 8 words on.
-    const uint32_t* a_ptr[Tr::kWarpChannels][kMTiles];
-    const uint32_t* b_ptr[Tr::kWarpChannels][kNTiles];
-#pragma unroll
-    for (int c = 0; c < Tr::kWarpChannels; ++c) {
-      const int channel = warp * Tr::kWarpChannels + c;
-#pragma unroll
-      for (int m = 0; m < kMTiles; ++m)
-        a_ptr[c][m] = xs32 + (2 * channel + parity) * g.x_words + ((16 * m + gid + 2 * tig) >> 1);
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) {
-        const int kh = kh_begin + 8 * nt + gid;
-        b_ptr[c][nt] = kh < kh_end ? ds32 + (channel * g.ring_rows + ring_slot(ih + p.pad_top - kh, g.ring_rows)) *
-                                                 g.dy_words + tig
-                                   : zero_row + tig;
-      }
-    }
-    // Every (channel, tile) accumulator in turn, so that consecutive MMAs do not
-    // wait on each other; A is loaded once per M tile, B once per N tile.
-    for (int kb = 0; kb < g.k_tiles; ++kb) {
+    for (int r = 0; r < count; ++r) {
+      const int64_t ih = ih0 + r;
+      // This lane's A words (slot r, plane copy by the parity of gid; element 16 m +
+      // gid + 2 tig) and B words (ring row of kh = kh_begin + 8 nt + gid; element 2 tig),
+      // for 16 output columns from column 0; each next 16 columns are 8 words on.
+      const uint32_t* a_ptr[Tr::kWarpChannels][kMTiles];
+      const uint32_t* b_ptr[Tr::kWarpChannels][kNTiles];
 #pragma unroll
       for (int c = 0; c < Tr::kWarpChannels; ++c) {
-        uint32_t a[kMTiles][4], b[kNTiles][2];
-#pragma unroll
-        for (int m = 0; m < kMTiles; ++m) {
-          const uint32_t* w = a_ptr[c][m] + 8 * kb;
-          a[m][0] = w[0];
-          a[m][1] = a[m][2] = w[4];
-          a[m][3] = w[8];
-        }
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) {
-          const uint32_t* w = b_ptr[c][nt] + 8 * kb;
-          b[nt][0] = w[0];
-          b[nt][1] = w[4];
-        }
+        const int channel = warp * Tr::kWarpChannels + c;
 #pragma unroll
         for (int m = 0; m < kMTiles; ++m)
+          a_ptr[c][m] = xs32 + r * (x_slot_halves(g) / 2) + (2 * channel + parity) * g.x_words +
+                        ((16 * m + gid + 2 * tig) >> 1);
 #pragma unroll
-          for (int nt = 0; nt < kNTiles; ++nt) mma_16816<T>(acc[c][m][nt], a[m], b[nt][0], b[nt][1]);
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          const int kh = kh_begin + 8 * nt + gid;
+          b_ptr[c][nt] = kh < kh_end ? ds32 + (channel * g.ring_rows + ring_slot(ih + p.pad_top - kh, g.ring_rows)) *
+                                                   g.dy_words + tig
+                                     : zero_row + tig;
+        }
+      }
+      // Every (channel, tile) accumulator in turn, so that consecutive MMAs do not
+      // wait on each other; A is loaded once per M tile, B once per N tile.
+      for (int kb = 0; kb < g.k_tiles; ++kb) {
+#pragma unroll
+        for (int c = 0; c < Tr::kWarpChannels; ++c) {
+          uint32_t a[kMTiles][4], b[kNTiles][2];
+#pragma unroll
+          for (int m = 0; m < kMTiles; ++m) {
+            const uint32_t* w = a_ptr[c][m] + 8 * kb;
+            a[m][0] = w[0];
+            a[m][1] = a[m][2] = w[4];
+            a[m][3] = w[8];
+          }
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt) {
+            const uint32_t* w = b_ptr[c][nt] + 8 * kb;
+            b[nt][0] = w[0];
+            b[nt][1] = w[4];
+          }
+#pragma unroll
+          for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+            for (int nt = 0; nt < kNTiles; ++nt) mma_16816<T>(acc[c][m][nt], a[m], b[nt][0], b[nt][1]);
+        }
       }
     }
   }

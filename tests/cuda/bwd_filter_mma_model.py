@@ -31,14 +31,18 @@ def make_grid(p, slices, max_smem=227 * 1024):
   g["k_tiles"] = ceil_div(p["Wo"], 16)
   g["x_words"] = round_up_mod32(8 * (g["k_tiles"] + g["m_tiles"]), 16)
   g["dy_words"] = round_up_mod32(8 * g["k_tiles"], 4)
-  g["dy_offset"] = 8 * 2 * g["x_words"] * 4
+  g["stage_rows"] = max(1, min(16 // g["k_tiles"], 8))
   g["n_per_group"] = max(1, min(4 // g["m_tiles"], n_total))
   while True:
-    g["ring_rows"] = 8 * g["n_per_group"]
+    g["ring_rows"] = 8 * g["n_per_group"] + g["stage_rows"] - 1
+    g["dy_offset"] = g["stage_rows"] * 8 * 2 * g["x_words"] * 4
     smem = g["dy_offset"] + (8 * g["ring_rows"] + 1) * g["dy_words"] * 4  # + the zero row
-    if smem <= max_smem or g["n_per_group"] == 1:
+    if smem <= max_smem or (g["n_per_group"] == 1 and g["stage_rows"] == 1):
       break
-    g["n_per_group"] //= 2
+    if g["n_per_group"] > 1:
+      g["n_per_group"] //= 2
+    else:
+      g["stage_rows"] = 1
   g["groups"] = ceil_div(n_total, g["n_per_group"])
   g["rows"] = p["N"] * p["H"]
   if slices > 0:
@@ -59,11 +63,13 @@ def ring_slot(oh, R):
 def kernel_block(p, g, x, dy, ws, bx, by, bz):
   C, KH, KW, H, W, Ho, Wo = p["C"], p["KH"], p["KW"], p["H"], p["W"], p["Ho"], p["Wo"]
   cols_x = 2 * g["x_words"]; cols_dy = 2 * g["dy_words"]; R = g["ring_rows"]
-  xs = np.full(8 * 2 * cols_x, np.nan)        # halves; NaN = never staged
+  slot_x = 8 * 2 * cols_x                    # halves of one input-row slot
+  xs = np.full(g["stage_rows"] * slot_x, np.nan)  # halves; NaN = never staged
   ds = np.full(8 * R * cols_dy, np.nan)
+  ring_tag = {}  # ring slot -> the dy row it holds
   channel_base = by * 8
   kh_begin = bx * g["n_per_group"] * 8
-  kh_end = min(kh_begin + R, KH)
+  kh_end = min(kh_begin + 8 * g["n_per_group"], KH)
   tiles = g["m_tiles"] * g["n_per_group"]  # v2: the template tile grid; rows past kh_end read zeros
   acc = np.zeros((4, 2, 4, 32, 4))  # warp, channel, tile, lane, i
   frags = {}  # (warp, channel, tile, kb) -> lane -> (A words, B word 0, B word 1)
@@ -74,64 +80,77 @@ def kernel_block(p, g, x, dy, ws, bx, by, bz):
   def pdy(n, oh, ow, k):
     c = channel_base + k
     return dy[n, oh, ow, c] if c < C else 0.0
-  for row in range(row_begin, row_end):
-    n, ih = divmod(row, H)
-    oh_top = ih + p["pt"] - kh_begin
-    oh_first = oh_top - (kh_end - kh_begin) + 1 if (row == row_begin or ih == 0) else oh_top
-    # stage_x_row
-    for j in range(cols_x):
+  row0 = row_begin
+  while row0 < row_end:
+    n, ih0 = divmod(row0, H)
+    count = min(g["stage_rows"], row_end - row0, H - ih0)
+    oh_top = ih0 + count - 1 + p["pt"] - kh_begin
+    oh_first = ih0 + p["pt"] - kh_end + 1 if (row0 == row_begin or ih0 == 0) else oh_top - count + 1
+    # a new stage: the previous stage's slots are dead; mark them unstaged to catch stale reads
+    xs[:] = np.nan
+    # stage_x_rows
+    for r, j in itertools.product(range(count), range(cols_x)):
+      ih = ih0 + r
       iw = j - p["pl"]
       ok = 0 <= ih < H and 0 <= iw < W
       for k in range(8):
         h = px(n, ih, iw, k) if ok else 0.0
-        xs[k * 2 * cols_x + j] = h
-        if j > 0: xs[k * 2 * cols_x + cols_x + j - 1] = h
+        xs[r * slot_x + k * 2 * cols_x + j] = h
+        if j > 0: xs[r * slot_x + k * 2 * cols_x + cols_x + j - 1] = h
+    # stage_dy_rows
     for oh in range(oh_first, oh_top + 1):
       ok_row = 0 <= oh < Ho
       slot = ring_slot(oh, R)
+      ring_tag[slot] = oh
       for j in range(cols_dy):
         ok = ok_row and j < Wo
         for k in range(8):
           ds[k * R * cols_dy + slot * cols_dy + j] = pdy(n, oh, j, k) if ok else 0.0
+    row0 += count
     word = lambda arr, w: (arr[2 * w], arr[2 * w + 1])
-    for warp in range(4):
-      for lane in range(32):
-        gid, tig = lane // 4, lane % 4
-        parity = gid & 1
-        a_off, b_off, b_ok = [], [], []
-        for t in range(4):
-          m, nt = t % g["m_tiles"], t // g["m_tiles"]
-          kh = kh_begin + 8 * nt + gid
-          a_off.append(parity * g["x_words"] + ((16 * m + gid + 2 * tig) >> 1))
-          b_off.append(ring_slot(ih + p["pt"] - kh, R) * g["dy_words"] + tig)
-          b_ok.append(kh < kh_end)
-        # store fragments per (kb, c, t) for this lane
-        for kb in range(g["k_tiles"]):
-          for c in range(2):
-            channel = warp * 2 + c
-            xw = 2 * channel * g["x_words"] + 8 * kb
-            dwb = channel * R * g["dy_words"] + 8 * kb
-            for t in range(4):
-              if t >= tiles: break
-              aw = xw + a_off[t]
-              a = [word(xs, aw), word(xs, aw + 4), word(xs, aw + 4), word(xs, aw + 8)]
-              b0 = word(ds, dwb + b_off[t]) if b_ok[t] else (0.0, 0.0)
-              b1 = word(ds, dwb + b_off[t] + 4) if b_ok[t] else (0.0, 0.0)
-              frags.setdefault((warp, c, t, kb), {})[lane] = (a, b0, b1)
-    # run the MMAs: rebuild A (16x16), B (16x8) from the 32 lanes' registers
-    for (warp, c, t, kb), lanes in frags.items():
-      A = np.zeros((16, 16)); B = np.zeros((16, 8))
-      for lane, (a, b0, b1) in lanes.items():
-        gid, tig = lane // 4, lane % 4
-        A[gid, 2*tig], A[gid, 2*tig+1] = a[0]; A[gid+8, 2*tig], A[gid+8, 2*tig+1] = a[1]
-        A[gid, 2*tig+8], A[gid, 2*tig+9] = a[2]; A[gid+8, 2*tig+8], A[gid+8, 2*tig+9] = a[3]
-        B[2*tig, gid], B[2*tig+1, gid] = b0; B[2*tig+8, gid], B[2*tig+9, gid] = b1
-      assert not np.isnan(A).any() and not np.isnan(B).any(), ("unstaged read", warp, c, t, kb)
-      D = A @ B
-      for lane in range(32):
-        gid, tig = lane // 4, lane % 4
-        acc[warp, c, t, lane] += [D[gid, 2*tig], D[gid, 2*tig+1], D[gid+8, 2*tig], D[gid+8, 2*tig+1]]
-    frags.clear()
+    for r in range(count):
+      ih = ih0 + r
+      for warp in range(4):
+        for lane in range(32):
+          gid, tig = lane // 4, lane % 4
+          parity = gid & 1
+          a_off, b_off, b_ok = [], [], []
+          for t in range(4):
+            m, nt = t % g["m_tiles"], t // g["m_tiles"]
+            kh = kh_begin + 8 * nt + gid
+            a_off.append(r * (slot_x // 2) + parity * g["x_words"] + ((16 * m + gid + 2 * tig) >> 1))
+            slot = ring_slot(ih + p["pt"] - kh, R)
+            if kh < kh_end:
+              assert ring_tag[slot] == ih + p["pt"] - kh, ("stale dy ring row", ih, kh, slot, ring_tag[slot])
+            b_off.append(slot * g["dy_words"] + tig)
+            b_ok.append(kh < kh_end)
+          # store fragments per (kb, c, t) for this lane
+          for kb in range(g["k_tiles"]):
+            for c in range(2):
+              channel = warp * 2 + c
+              xw = 2 * channel * g["x_words"] + 8 * kb
+              dwb = channel * R * g["dy_words"] + 8 * kb
+              for t in range(4):
+                if t >= tiles: break
+                aw = xw + a_off[t]
+                a = [word(xs, aw), word(xs, aw + 4), word(xs, aw + 4), word(xs, aw + 8)]
+                b0 = word(ds, dwb + b_off[t]) if b_ok[t] else (0.0, 0.0)
+                b1 = word(ds, dwb + b_off[t] + 4) if b_ok[t] else (0.0, 0.0)
+                frags.setdefault((warp, c, t, kb), {})[lane] = (a, b0, b1)
+      # run the MMAs: rebuild A (16x16), B (16x8) from the 32 lanes' registers
+      for (warp, c, t, kb), lanes in frags.items():
+        A = np.zeros((16, 16)); B = np.zeros((16, 8))
+        for lane, (a, b0, b1) in lanes.items():
+          gid, tig = lane // 4, lane % 4
+          A[gid, 2*tig], A[gid, 2*tig+1] = a[0]; A[gid+8, 2*tig], A[gid+8, 2*tig+1] = a[1]
+          A[gid, 2*tig+8], A[gid, 2*tig+9] = a[2]; A[gid+8, 2*tig+8], A[gid+8, 2*tig+9] = a[3]
+          B[2*tig, gid], B[2*tig+1, gid] = b0; B[2*tig+8, gid], B[2*tig+9, gid] = b1
+        assert not np.isnan(A).any() and not np.isnan(B).any(), ("unstaged read", warp, c, t, kb)
+        D = A @ B
+        for lane in range(32):
+          gid, tig = lane // 4, lane % 4
+          acc[warp, c, t, lane] += [D[gid, 2*tig], D[gid, 2*tig+1], D[gid+8, 2*tig], D[gid+8, 2*tig+1]]
+      frags.clear()
   slice_ = 0 if g["atomic"] else bz * KH * KW * C
   for warp, c, t, lane in itertools.product(range(4), range(2), range(4), range(32)):
     channel = channel_base + warp * 2 + c
@@ -185,6 +204,10 @@ cases = [
   (1, 20, 20, 1, 19, 19, 9, 9, 9, 9, 0),     # 2 M tiles, 2 groups, the last with one real N tile
   (1, 12, 20, 1, 9, 51, 4, 4, 25, 25, 2),    # 4 M tiles
   (1, 10, 40, 3, 17, 33, 8, 8, 16, 16, 0),   # 3 M tiles, 3 groups
+  (3, 11, 32, 3, 9, 9, 4, 4, 4, 4, 0),       # 8-row stages across 3 images (11 rows: 8 + 3)
+  (2, 13, 30, 2, 9, 9, 4, 4, 4, 4, 5),       # stages cut by chunk ends, deterministic
+  (2, 9, 64, 2, 13, 13, 6, 6, 6, 6, 0),      # 4-row stages, 2 N tiles
+  (1, 20, 12, 2, 17, 5, 8, 8, 2, 2, 3),      # KH 17, 8-row stages, deterministic
 ]
 
 if __name__ == "__main__":

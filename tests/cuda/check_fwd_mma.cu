@@ -22,25 +22,11 @@
 #include <vector>
 
 #include "../../benchmarks/cuda/fill_uniform.cuh"
+#include "check_helpers.cuh"
 #include "dwconv/fwd_mma.h"
 
 using flashdwc::DwConvParams;
 
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(2);                                                                           \
-    }                                                                                         \
-  } while (0)
-
-template <typename T> float tof(T v);
-template <> float tof<__half>(__half v) { return __half2float(v); }
-template <> float tof<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> T fromf(float v);
-template <> __half fromf<__half>(float v) { return __float2half_rn(v); }
-template <> __nv_bfloat16 fromf<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 template <typename T> constexpr double unit_roundoff() { return std::is_same_v<T, __half> ? 1.0 / 2048 : 1.0 / 256; }
 
 struct Shape {

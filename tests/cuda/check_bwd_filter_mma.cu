@@ -1,0 +1,136 @@
+// Standalone GPU check of launch_bwd_filter_mma against a CPU reference in double,
+// atomic and deterministic (sliced) modes, fp16 and bf16.
+// Build (from the repository root):
+//   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc \
+//        tests/cuda/check_bwd_filter_mma.cu csrc/dwconv/bwd_filter_cuda_mma.cu -o check_bwd_filter_mma
+// Run: ./check_bwd_filter_mma
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <type_traits>
+#include <vector>
+
+#include "check_helpers.cuh"
+#include "dwconv/bwd_filter_mma.h"
+
+using flashdwc::DwConvParams;
+
+
+struct Shape {
+  const char* name;
+  int64_t n, h, w, c, kh, kw, pad_top, pad_left, out_h, out_w;
+};
+
+Shape same(const char* name, int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw) {
+  return {name, n, h, w, c, kh, kw, (kh - 1) / 2, (kw - 1) / 2, h, w};
+}
+
+// slices: 0 for atomic mode, else the deterministic slice count.
+template <typename T>
+bool run_shape(const Shape& s, std::mt19937& rng, int64_t slices) {
+  DwConvParams p{};
+  p.batch = s.n, p.in_h = s.h, p.in_w = s.w, p.out_h = s.out_h, p.out_w = s.out_w, p.channels = s.c;
+  p.kernel_h = s.kh, p.kernel_w = s.kw, p.stride_h = p.stride_w = 1, p.dilation_h = p.dilation_w = 1;
+  p.pad_top = s.pad_top, p.pad_left = s.pad_left;
+  const char* dt = std::is_same_v<T, __half> ? "f16" : "bf16";
+  if (!flashdwc::bwd_filter_mma_applies(p)) {
+    std::printf("  %-30s %s: NOT SUPPORTED (unexpected)\n", s.name, dt);
+    return false;
+  }
+  const int64_t nx = p.batch * p.in_h * p.in_w * p.channels, ny = p.batch * p.out_h * p.out_w * p.channels;
+  const int64_t taps = p.kernel_h * p.kernel_w * p.channels;
+  const int64_t nslices = slices > 0 ? slices : 1;
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<T> hx(nx), hdy(ny);
+  for (auto& v : hx) v = fromf<T>(u(rng));
+  for (auto& v : hdy) v = fromf<T>(u(rng));
+  T *dx, *ddy;
+  float* ws;
+  CK(cudaMalloc(&dx, nx * sizeof(T)));
+  CK(cudaMalloc(&ddy, ny * sizeof(T)));
+  CK(cudaMalloc(&ws, nslices * taps * sizeof(float)));
+  CK(cudaMemcpy(dx, hx.data(), nx * sizeof(T), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(ddy, hdy.data(), ny * sizeof(T), cudaMemcpyHostToDevice));
+  // Atomic mode adds into zeros; deterministic mode must write every slice whole, so
+  // its workspace starts as NaN (0xFF bytes) and an unwritten element fails.
+  CK(cudaMemset(ws, slices > 0 ? 0xFF : 0, nslices * taps * sizeof(float)));
+  CK(flashdwc::launch_bwd_filter_mma<T>(p, dx, ddy, ws, slices, 0));
+  CK(cudaDeviceSynchronize());
+  std::vector<float> hws(nslices * taps);
+  CK(cudaMemcpy(hws.data(), ws, hws.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  CK(cudaFree(dx));
+  CK(cudaFree(ddy));
+  CK(cudaFree(ws));
+
+  int64_t bad = 0;
+  double worst = 0;
+  for (int64_t kh = 0; kh < p.kernel_h; ++kh)
+    for (int64_t kw = 0; kw < p.kernel_w; ++kw)
+      for (int64_t c = 0; c < p.channels; ++c) {
+        double ref = 0, mag = 0;
+        for (int64_t n = 0; n < p.batch; ++n)
+          for (int64_t oh = 0; oh < p.out_h; ++oh) {
+            const int64_t ih = oh - p.pad_top + kh;
+            if (ih < 0 || ih >= p.in_h) continue;
+            for (int64_t ow = 0; ow < p.out_w; ++ow) {
+              const int64_t iw = ow - p.pad_left + kw;
+              if (iw < 0 || iw >= p.in_w) continue;
+              const double t = double(tof(hdy[((n * p.out_h + oh) * p.out_w + ow) * p.channels + c])) *
+                               tof(hx[((n * p.in_h + ih) * p.in_w + iw) * p.channels + c]);
+              ref += t;
+              mag += std::fabs(t);
+            }
+          }
+        double got = 0;
+        const int64_t idx = (kh * p.kernel_w + kw) * p.channels + c;
+        for (int64_t z = 0; z < nslices; ++z) got += hws[z * taps + idx];
+        // fp32 accumulation of exact products: a few ulps of fp32 times sqrt(terms) of the magnitude.
+        const double tol = 1e-5 * mag + 1e-6;
+        const double err = std::fabs(got - ref);
+        if (!(err <= tol)) {
+          if (bad < 5) {
+            std::printf("    mismatch kh=%lld kw=%lld c=%lld: got %g want %g\n", (long long)kh, (long long)kw,
+                        (long long)c, got, ref);
+          }
+          ++bad;
+        }
+        if (err == err && mag > 0) worst = std::max(worst, err / mag);
+      }
+  std::printf("  %-30s %-4s slices %lld  %s  (%lld taps, %lld bad, worst err/mag %.2g)\n", s.name, dt,
+              (long long)slices, bad == 0 ? "ok  " : "FAIL", (long long)taps, (long long)bad, worst);
+  return bad == 0;
+}
+
+int main() {
+  std::mt19937 rng(4321);
+  const std::vector<Shape> shapes = {
+      same("k9 W32 H20 N3 C16", 3, 20, 32, 16, 9, 9),
+      same("k9 W30 H13 N2 C24", 2, 13, 30, 24, 9, 9),
+      same("k13 W32 H11 N3 C8", 3, 11, 32, 8, 13, 13),
+      same("k9 W64 H17 N2 C16", 2, 17, 64, 16, 9, 9),
+      same("k31 W40 H35 N1 C8", 1, 35, 40, 8, 31, 31),
+      same("k9 W7 H7 N5 C16", 5, 7, 7, 16, 9, 9),
+      same("17x10 W100 H9 N2 C8", 2, 9, 100, 8, 17, 10),
+      same("k51 W60 H5 N1 C12", 1, 5, 60, 12, 51, 51),
+      same("k13 W300 H6 N1 C8", 1, 6, 300, 8, 13, 13),
+      same("k9 W16 H3 N9 C16", 9, 3, 16, 16, 9, 9),
+      {"7x9 valid W40 C16", 2, 15, 40, 16, 7, 9, 0, 0, 9, 32},
+      {"9x9 pad 6,2 W33 C8", 2, 12, 33, 8, 9, 9, 6, 2, 10, 29},
+  };
+  bool ok = true;
+  for (const Shape& s : shapes) {
+    for (int64_t slices : {int64_t(0), int64_t(3)}) {
+      ok &= run_shape<__half>(s, rng, slices);
+      ok &= run_shape<__nv_bfloat16>(s, rng, slices);
+    }
+  }
+  std::printf(ok ? "ALL OK\n" : "FAILURES\n");
+  return ok ? 0 : 1;
+}
