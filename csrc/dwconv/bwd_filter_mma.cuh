@@ -77,54 +77,87 @@ __device__ __forceinline__ int x_slot_halves(const MmaBwdFilterGrid& g) {
   return MmaBwdFilterTraits::kBlockChannels * 2 * 2 * g.x_words;
 }
 
+// Row r and word w of a stage's flattened item index, advanced without a division:
+// every step moves kThreads items on, and a row holds at least 8 words (sizes from
+// make_grid), so the loop below runs a few times at most.
+__device__ __forceinline__ void advance_item(int& r, int& w, int step, int words) {
+  w += step;
+  while (w >= words) w -= words, ++r;
+}
+
+// Halves of two 8-channel pixels, channel k of each, as one word (a's in the low half):
+// channel k sits in word k / 2 of a pixel, low half for even k.
+__device__ __forceinline__ uint32_t pack_channel(const uint32_t (&a)[4], const uint32_t (&b)[4], int k) {
+  return __byte_perm(a[k / 2], b[k / 2], (k & 1) ? 0x7632 : 0x5410);
+}
+
 // Input rows (n, ih0 + r), r < count, into slot r, both copies of the 8 channel
-// planes: copy 0 element j is input column j - pad_left, copy 1 element j is column
-// j + 1 - pad_left.
+// planes: word w of copy 0 holds input columns 2 w - pad_left and 2 w + 1 - pad_left,
+// word w of copy 1 columns 2 w + 1 - pad_left and 2 w + 2 - pad_left. One item is one
+// word of every plane: three pixels loaded, 16 word stores (16-bit stores of single
+// columns took twice the store instructions and wavefronts).
 template <bool kVec>
-__device__ __forceinline__ void stage_x_rows(uint16_t* xs, const uint16_t* __restrict__ x, const DwConvParams& p,
+__device__ __forceinline__ void stage_x_rows(uint32_t* xs32, const uint16_t* __restrict__ x, const DwConvParams& p,
                                              const MmaBwdFilterGrid& g, int64_t n, int64_t ih0, int count,
                                              int64_t channel_base) {
-  const int cols = 2 * g.x_words;
-  const int copy = cols;  // halves from copy 0 of a channel to its copy 1
-  const int items = count * cols;
-  for (int it = threadIdx.x; it < items; it += MmaBwdFilterTraits::kThreads) {
-    const int r = it / cols, j = it - r * cols;
+  constexpr int kThreads = MmaBwdFilterTraits::kThreads;
+  const int words = g.x_words;
+  const int items = count * words;
+  const int64_t channels_left = p.channels - channel_base;
+  int r = 0, w = 0;
+  advance_item(r, w, int(threadIdx.x), words);
+  for (int it = threadIdx.x; it < items; it += kThreads, advance_item(r, w, kThreads, words)) {
     const int64_t ih = ih0 + r;
-    const int64_t iw = j - p.pad_left;
-    const bool ok = ih >= 0 && ih < p.in_h && iw >= 0 && iw < p.in_w;
-    const int64_t offset = ((n * p.in_h + ih) * p.in_w + iw) * p.channels + channel_base;
-    uint32_t v[4];
-    load8<kVec>(ok ? x + offset : x, ok, p.channels - channel_base, v);
-    uint16_t* slot = xs + r * x_slot_halves(g);
+    const bool row_inside = ih >= 0 && ih < p.in_h;
+    uint32_t v[3][4];
+#pragma unroll
+    for (int q = 0; q < 3; ++q) {
+      const int64_t iw = 2 * w + q - p.pad_left;
+      const bool ok = row_inside && iw >= 0 && iw < p.in_w;
+      const int64_t offset = ((n * p.in_h + ih) * p.in_w + iw) * p.channels + channel_base;
+      load8<kVec>(ok ? x + offset : x, ok, channels_left, v[q]);
+    }
+    uint32_t* slot = xs32 + r * (x_slot_halves(g) / 2);
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      const uint16_t h = uint16_t(v[k / 2] >> (16 * (k & 1)));
-      uint16_t* plane = slot + k * 2 * copy;
-      plane[j] = h;
-      if (j > 0) plane[copy + j - 1] = h;
+      uint32_t* plane = slot + k * 2 * words;
+      plane[w] = pack_channel(v[0], v[1], k);
+      plane[words + w] = pack_channel(v[1], v[2], k);
     }
   }
 }
 
 // dy rows (n, oh), oh in [oh_first, oh_last], into their ring slots of the 8 channel
-// planes; zeros outside the image and past Wo.
+// planes, word w holding output columns 2 w and 2 w + 1; zeros outside the image and
+// past Wo. The rows are at most ring_rows, so their slots run from oh_first's on with
+// one wrap at most.
 template <bool kVec>
-__device__ __forceinline__ void stage_dy_rows(uint16_t* ds, const uint16_t* __restrict__ dy, const DwConvParams& p,
+__device__ __forceinline__ void stage_dy_rows(uint32_t* ds32, const uint16_t* __restrict__ dy, const DwConvParams& p,
                                               const MmaBwdFilterGrid& g, int64_t n, int64_t oh_first,
                                               int64_t oh_last, int64_t channel_base) {
-  const int cols = 2 * g.dy_words;
-  const int plane = g.ring_rows * cols;  // halves from one channel's ring to the next
-  const int items = int(oh_last - oh_first + 1) * cols;
-  for (int it = threadIdx.x; it < items; it += MmaBwdFilterTraits::kThreads) {
-    const int r = it / cols, j = it - r * cols;
+  constexpr int kThreads = MmaBwdFilterTraits::kThreads;
+  const int words = g.dy_words;
+  const int plane = g.ring_rows * words;  // words from one channel's ring to the next
+  const int items = int(oh_last - oh_first + 1) * words;
+  const int first_slot = ring_slot(oh_first, g.ring_rows);
+  const int64_t channels_left = p.channels - channel_base;
+  int r = 0, w = 0;
+  advance_item(r, w, int(threadIdx.x), words);
+  for (int it = threadIdx.x; it < items; it += kThreads, advance_item(r, w, kThreads, words)) {
     const int64_t oh = oh_first + r;
-    const bool ok = oh >= 0 && oh < p.out_h && j < p.out_w;
-    const int64_t offset = ((n * p.out_h + oh) * p.out_w + j) * p.channels + channel_base;
-    uint32_t v[4];
-    load8<kVec>(ok ? dy + offset : dy, ok, p.channels - channel_base, v);
-    uint16_t* slot = ds + ring_slot(oh, g.ring_rows) * cols;
+    const bool row_inside = oh >= 0 && oh < p.out_h;
+    uint32_t v[2][4];
 #pragma unroll
-    for (int k = 0; k < 8; ++k) slot[k * plane + j] = uint16_t(v[k / 2] >> (16 * (k & 1)));
+    for (int q = 0; q < 2; ++q) {
+      const int64_t ow = 2 * w + q;
+      const bool ok = row_inside && ow < p.out_w;
+      const int64_t offset = ((n * p.out_h + oh) * p.out_w + ow) * p.channels + channel_base;
+      load8<kVec>(ok ? dy + offset : dy, ok, channels_left, v[q]);
+    }
+    const int s = first_slot + r;
+    uint32_t* dst = ds32 + (s >= g.ring_rows ? s - g.ring_rows : s) * words + w;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) dst[k * plane] = pack_channel(v[0], v[1], k);
   }
 }
 
@@ -143,13 +176,11 @@ dwconv_bwd_filter_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ 
   const uint16_t* x = reinterpret_cast<const uint16_t*>(x_ptr);
   const uint16_t* dy = reinterpret_cast<const uint16_t*>(dy_ptr);
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  uint16_t* xs = reinterpret_cast<uint16_t*>(smem_raw);               // (channel, copy, x_words * 2)
-  uint16_t* ds = reinterpret_cast<uint16_t*>(smem_raw + g.dy_offset);  // (channel, slot, dy_words * 2)
-  const uint32_t* xs32 = reinterpret_cast<const uint32_t*>(xs);
-  const uint32_t* ds32 = reinterpret_cast<const uint32_t*>(ds);
+  uint32_t* xs32 = reinterpret_cast<uint32_t*>(smem_raw);               // (slot, channel, copy, x_words)
+  uint32_t* ds32 = reinterpret_cast<uint32_t*>(smem_raw + g.dy_offset);  // (channel, ring slot, dy_words)
   // One row of zeros after the ring: B rows of filter rows past the group read it,
   // so that no lane selects per load.
-  uint32_t* zero_row = reinterpret_cast<uint32_t*>(ds) + Tr::kBlockChannels * g.ring_rows * g.dy_words;
+  uint32_t* zero_row = ds32 + Tr::kBlockChannels * g.ring_rows * g.dy_words;
   for (int j = threadIdx.x; j < g.dy_words; j += Tr::kThreads) zero_row[j] = 0u;
 
   const int64_t channel_base = int64_t(blockIdx.y) * Tr::kBlockChannels;
@@ -180,13 +211,19 @@ dwconv_bwd_filter_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ 
     const int64_t oh_top = ih0 + count - 1 + p.pad_top - kh_begin;
     const int64_t oh_first = row0 == row_begin || ih0 == 0 ? ih0 + p.pad_top - kh_end + 1 : oh_top - count + 1;
     __syncthreads();  // the previous stage's MMAs have read the slots about to change
-    stage_x_rows<kVec>(xs, x, p, g, n, ih0, count, channel_base);
-    stage_dy_rows<kVec>(ds, dy, p, g, n, oh_first, oh_top, channel_base);
+    stage_x_rows<kVec>(xs32, x, p, g, n, ih0, count, channel_base);
+    stage_dy_rows<kVec>(ds32, dy, p, g, n, oh_first, oh_top, channel_base);
     __syncthreads();
     row0 += count;
 
+    // Ring slot of dy row ih + pad_top - kh_begin (the group's first filter row) for
+    // the stage's first input row; each next row's is one on, and filter row
+    // kh_begin + j's is j before it (j < 8 n_per_group < ring_rows): one modulo a
+    // stage, none per row (a 64-bit remainder per B pointer and row was 4 calls
+    // of the division routine per row in the SASS).
+    const int first_top = ring_slot(ih0 + p.pad_top - kh_begin, g.ring_rows);
     for (int r = 0; r < count; ++r) {
-      const int64_t ih = ih0 + r;
+      const int top = first_top + r >= g.ring_rows ? first_top + r - g.ring_rows : first_top + r;
       // This lane's A words (slot r, plane copy by the parity of gid; element 16 m +
       // gid + 2 tig) and B words (ring row of kh = kh_begin + 8 nt + gid; element 2 tig),
       // for 16 output columns from column 0; each next 16 columns are 8 words on.
@@ -202,9 +239,8 @@ dwconv_bwd_filter_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ 
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) {
           const int kh = kh_begin + 8 * nt + gid;
-          b_ptr[c][nt] = kh < kh_end ? ds32 + (channel * g.ring_rows + ring_slot(ih + p.pad_top - kh, g.ring_rows)) *
-                                                   g.dy_words + tig
-                                     : zero_row + tig;
+          const int slot = top - 8 * nt - gid < 0 ? top - 8 * nt - gid + g.ring_rows : top - 8 * nt - gid;
+          b_ptr[c][nt] = kh < kh_end ? ds32 + (channel * g.ring_rows + slot) * g.dy_words + tig : zero_row + tig;
         }
       }
       // Every (channel, tile) accumulator in turn, so that consecutive MMAs do not
