@@ -77,13 +77,21 @@ __device__ __forceinline__ int x_slot_halves(const MmaBwdFilterGrid& g) {
   return MmaBwdFilterTraits::kBlockChannels * 2 * 2 * g.x_words;
 }
 
-// Row r and word w of a stage's flattened item index, advanced without a division:
-// every step moves kThreads items on, and a row holds at least 8 words (sizes from
-// make_grid), so the loop below runs a few times at most.
-__device__ __forceinline__ void advance_item(int& r, int& w, int step, int words) {
-  w += step;
-  while (w >= words) w -= words, ++r;
-}
+// Row r and word w of a stage's flattened item index (r * words + w), moved on by
+// kThreads items with one compare: the quotient and remainder of kThreads by words
+// are taken once per stage, not a division per item.
+struct ItemCursor {
+  int r, w, rows_per_step, words_per_step, words;
+  __device__ __forceinline__ ItemCursor(int first, int words_) : words(words_) {
+    r = first / words, w = first - r * words;
+    rows_per_step = MmaBwdFilterTraits::kThreads / words;
+    words_per_step = MmaBwdFilterTraits::kThreads - rows_per_step * words;
+  }
+  __device__ __forceinline__ void advance() {
+    r += rows_per_step, w += words_per_step;
+    if (w >= words) w -= words, ++r;
+  }
+};
 
 // Halves of two 8-channel pixels, channel k of each, as one word (a's in the low half):
 // channel k sits in word k / 2 of a pixel, low half for even k.
@@ -95,27 +103,27 @@ __device__ __forceinline__ uint32_t pack_channel(const uint32_t (&a)[4], const u
 // planes: word w of copy 0 holds input columns 2 w - pad_left and 2 w + 1 - pad_left,
 // word w of copy 1 columns 2 w + 1 - pad_left and 2 w + 2 - pad_left. One item is one
 // word of every plane: three pixels loaded, 16 word stores (16-bit stores of single
-// columns took twice the store instructions and wavefronts).
+// columns took twice the store instructions and wavefronts). Only the words < `used`
+// that the A loads read are written (8 (k_tiles + m_tiles) of the plane's x_words,
+// 24 of 48 on a 32-column map).
 template <bool kVec>
 __device__ __forceinline__ void stage_x_rows(uint32_t* xs32, const uint16_t* __restrict__ x, const DwConvParams& p,
-                                             const MmaBwdFilterGrid& g, int64_t n, int64_t ih0, int count,
-                                             int64_t channel_base) {
-  constexpr int kThreads = MmaBwdFilterTraits::kThreads;
+                                             const MmaBwdFilterGrid& g, int used, int64_t n, int64_t ih0,
+                                             int count, int64_t channel_base) {
   const int words = g.x_words;
-  const int items = count * words;
   const int64_t channels_left = p.channels - channel_base;
-  int r = 0, w = 0;
-  advance_item(r, w, int(threadIdx.x), words);
-  for (int it = threadIdx.x; it < items; it += kThreads, advance_item(r, w, kThreads, words)) {
+  for (ItemCursor at(int(threadIdx.x), used); at.r < count; at.advance()) {
+    const int r = at.r, w = at.w;
     const int64_t ih = ih0 + r;
     const bool row_inside = ih >= 0 && ih < p.in_h;
+    const int64_t iw0 = 2 * w - p.pad_left;
+    // Pixel (ih, iw0) of this channel block; the item's three pixels follow it.
+    const int64_t first = ((n * p.in_h + ih) * p.in_w + iw0) * p.channels + channel_base;
     uint32_t v[3][4];
 #pragma unroll
     for (int q = 0; q < 3; ++q) {
-      const int64_t iw = 2 * w + q - p.pad_left;
-      const bool ok = row_inside && iw >= 0 && iw < p.in_w;
-      const int64_t offset = ((n * p.in_h + ih) * p.in_w + iw) * p.channels + channel_base;
-      load8<kVec>(ok ? x + offset : x, ok, channels_left, v[q]);
+      const bool ok = row_inside && uint64_t(iw0 + q) < uint64_t(p.in_w);
+      load8<kVec>(ok ? x + first + q * p.channels : x, ok, channels_left, v[q]);
     }
     uint32_t* slot = xs32 + r * (x_slot_halves(g) / 2);
 #pragma unroll
@@ -129,33 +137,30 @@ __device__ __forceinline__ void stage_x_rows(uint32_t* xs32, const uint16_t* __r
 
 // dy rows (n, oh), oh in [oh_first, oh_last], into their ring slots of the 8 channel
 // planes, word w holding output columns 2 w and 2 w + 1; zeros outside the image and
-// past Wo. The rows are at most ring_rows, so their slots run from oh_first's on with
-// one wrap at most.
+// past Wo. Only the words < `used` that the B loads read are written (8 k_tiles of
+// dy_words). The rows are at most ring_rows, so their slots run from oh_first's on
+// with one wrap at most.
 template <bool kVec>
 __device__ __forceinline__ void stage_dy_rows(uint32_t* ds32, const uint16_t* __restrict__ dy, const DwConvParams& p,
-                                              const MmaBwdFilterGrid& g, int64_t n, int64_t oh_first,
+                                              const MmaBwdFilterGrid& g, int used, int64_t n, int64_t oh_first,
                                               int64_t oh_last, int64_t channel_base) {
-  constexpr int kThreads = MmaBwdFilterTraits::kThreads;
-  const int words = g.dy_words;
-  const int plane = g.ring_rows * words;  // words from one channel's ring to the next
-  const int items = int(oh_last - oh_first + 1) * words;
+  const int plane = g.ring_rows * g.dy_words;  // words from one channel's ring to the next
+  const int rows = int(oh_last - oh_first + 1);
   const int first_slot = ring_slot(oh_first, g.ring_rows);
   const int64_t channels_left = p.channels - channel_base;
-  int r = 0, w = 0;
-  advance_item(r, w, int(threadIdx.x), words);
-  for (int it = threadIdx.x; it < items; it += kThreads, advance_item(r, w, kThreads, words)) {
+  for (ItemCursor at(int(threadIdx.x), used); at.r < rows; at.advance()) {
+    const int r = at.r, w = at.w;
     const int64_t oh = oh_first + r;
     const bool row_inside = oh >= 0 && oh < p.out_h;
+    const int64_t first = ((n * p.out_h + oh) * p.out_w + 2 * w) * p.channels + channel_base;
     uint32_t v[2][4];
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
-      const int64_t ow = 2 * w + q;
-      const bool ok = row_inside && ow < p.out_w;
-      const int64_t offset = ((n * p.out_h + oh) * p.out_w + ow) * p.channels + channel_base;
-      load8<kVec>(ok ? dy + offset : dy, ok, channels_left, v[q]);
+      const bool ok = row_inside && 2 * w + q < p.out_w;
+      load8<kVec>(ok ? dy + first + q * p.channels : dy, ok, channels_left, v[q]);
     }
     const int s = first_slot + r;
-    uint32_t* dst = ds32 + (s >= g.ring_rows ? s - g.ring_rows : s) * words + w;
+    uint32_t* dst = ds32 + (s >= g.ring_rows ? s - g.ring_rows : s) * g.dy_words + w;
 #pragma unroll
     for (int k = 0; k < 8; ++k) dst[k * plane] = pack_channel(v[0], v[1], k);
   }
@@ -211,8 +216,8 @@ dwconv_bwd_filter_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ 
     const int64_t oh_top = ih0 + count - 1 + p.pad_top - kh_begin;
     const int64_t oh_first = row0 == row_begin || ih0 == 0 ? ih0 + p.pad_top - kh_end + 1 : oh_top - count + 1;
     __syncthreads();  // the previous stage's MMAs have read the slots about to change
-    stage_x_rows<kVec>(xs32, x, p, g, n, ih0, count, channel_base);
-    stage_dy_rows<kVec>(ds32, dy, p, g, n, oh_first, oh_top, channel_base);
+    stage_x_rows<kVec>(xs32, x, p, g, 8 * (g.k_tiles + kMTiles), n, ih0, count, channel_base);
+    stage_dy_rows<kVec>(ds32, dy, p, g, 8 * g.k_tiles, n, oh_first, oh_top, channel_base);
     __syncthreads();
     row0 += count;
 
