@@ -63,15 +63,14 @@ BwdFilterTiling bwd_filter_tiling(const DwConvParams& p, bool half_precision) {
   return bwd_filter_taps_computed(p, wide.tm) <= bwd_filter_taps_computed(p, narrow.tm) ? wide : narrow;
 }
 
-// fp16/bf16 take the tensor-core kernel from 9 taps across. Kernel-level A/B on the
-// H200 of the kernel that staged one input row at a time (8ca3758, bf16, ms, split ->
-// tensor cores; docs/perf-notes.md, "Ninth session"): k = 31 on 128^4 22.9 -> 4.5,
-// k = 13 on 32x32x1024 3.47 -> 1.96, k = 9 on 64x64x256 1.64 -> 1.01, but k = 9 on
-// 32x32x1024 1.72 -> 1.91, k = 7 on 56x56x96 0.25 -> 0.27 and k = 3 on 128^4 0.58 ->
-// 1.32: below 9 taps the 16-tap M tile is mostly padding and the split kernel wins.
-// That kernel lost at k = 9 on 32-wide maps; staging up to 8 rows a barrier pair is
-// meant to win there (not yet measured: docs/perf-notes.md, "Prepared after the
-// twelfth session").
+// fp16/bf16 take the tensor-core kernel from 9 taps across, on any map. Kernel-level
+// A/B on the H200 (43c3872, bf16, ms, split -> tensor cores; docs/perf-notes.md,
+// thirteenth session): k = 9 on 64x32x32x1536 1.29 -> 0.67, on 128x32x32x1024 1.70
+// -> 0.86, on 128x64x64x256 1.02 -> 0.73, on 128x14x14x512 0.22 -> 0.14; k = 13 on
+// 64x7x7x1024 0.32 -> 0.08; k = 31 on 128^4 4.52 -> 3.30. Below 9 taps the 16-tap M
+// tile is mostly padding: taking it from 5 taps, ahead of the row-stream kernel, gave
+// 0.94-0.98 at k = 7 on 56- to 128-wide maps but 1.07 on 64x7x7x768 and 1.44 at
+// k = 5 on 128x64x64x256, so k <= 7 stays on the CUDA-core kernels.
 constexpr int64_t kBwdFilterMmaMinTaps = 9;
 
 // KW 3, 5 and 7 at stride 1 stream rows through shared memory (bwd_filter_rowstream.cuh)

@@ -18,9 +18,16 @@
 // warp runs, for each 16 output columns and each of its channels, one MMA per tile,
 // loading A once per M tile and B once per N tile (5.8-8.6 SASS instructions per MMA
 // in the loop; with the tile count a runtime value and a select per B load, 16).
-// Several rows a stage: on a 32-column map one row is 2 K tiles, 8 MMAs a warp,
-// against two barriers and a global load's latency, and the kernel lost to the
-// split kernel at k = 9 (1.91 against 1.72 ms, bf16 128x32x32x1024).
+//
+// Staging was the cost, not the MMAs. Nsight Compute, bf16 64x32x32x1536 k = 9: 35
+// warp instructions per MMA, 58% of issue slots busy, when the stages wrote every
+// word of every plane one 16-bit column at a time and each row's B pointers took a
+// 64-bit remainder; the SASS spent 175 instructions per staged x word. Now a staged
+// item is one 32-bit word of all 8 planes (two columns, packed by byte permutes),
+// only the words the A and B loads read are staged (24 of 48 x words and 16 of 36
+// dy words on a 32-column map), and the ring slots come from one remainder per
+// stage: 23 instructions per MMA, and against the split kernel, kernel level,
+// 1.29 -> 0.67 ms on that map (docs/perf-notes.md, thirteenth session).
 //
 // A is Toeplitz (A[r][c] depends on r + c), so a lane's four A registers are the
 // column pairs starting at e, e + 8, e + 8 and e + 16 of the input plane, with

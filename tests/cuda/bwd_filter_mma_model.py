@@ -88,21 +88,29 @@ def kernel_block(p, g, x, dy, ws, bx, by, bz):
     oh_first = ih0 + p["pt"] - kh_end + 1 if (row0 == row_begin or ih0 == 0) else oh_top - count + 1
     # a new stage: the previous stage's slots are dead; mark them unstaged to catch stale reads
     xs[:] = np.nan
-    # stage_x_rows
-    for r, j in itertools.product(range(count), range(cols_x)):
+    # stage_x_rows: word w (< used_x) of copy 0 holds columns 2w, 2w + 1 (less pad_left),
+    # of copy 1 columns 2w + 1, 2w + 2; words past used_x stay NaN
+    used_x = 8 * (g["k_tiles"] + g["m_tiles"])
+    for r, w in itertools.product(range(count), range(used_x)):
       ih = ih0 + r
-      iw = j - p["pl"]
-      ok = 0 <= ih < H and 0 <= iw < W
       for k in range(8):
-        h = px(n, ih, iw, k) if ok else 0.0
-        xs[r * slot_x + k * 2 * cols_x + j] = h
-        if j > 0: xs[r * slot_x + k * 2 * cols_x + cols_x + j - 1] = h
-    # stage_dy_rows
+        def col(iw):
+          ok = 0 <= ih < H and 0 <= iw < W
+          return px(n, ih, iw, k) if ok else 0.0
+        base = r * slot_x + k * 2 * cols_x
+        xs[base + 2 * w] = col(2 * w - p["pl"])
+        xs[base + 2 * w + 1] = col(2 * w + 1 - p["pl"])
+        xs[base + cols_x + 2 * w] = col(2 * w + 1 - p["pl"])
+        xs[base + cols_x + 2 * w + 1] = col(2 * w + 2 - p["pl"])
+    # stage_dy_rows: words < used_dy (columns 2w, 2w + 1) of the entering rows
+    used_dy = 8 * g["k_tiles"]
     for oh in range(oh_first, oh_top + 1):
       ok_row = 0 <= oh < Ho
       slot = ring_slot(oh, R)
       ring_tag[slot] = oh
-      for j in range(cols_dy):
+      for k in range(8):  # the slot's old row is dead: unstaged words must not be read
+        ds[k * R * cols_dy + slot * cols_dy:k * R * cols_dy + (slot + 1) * cols_dy] = np.nan
+      for j in range(2 * used_dy):
         ok = ok_row and j < Wo
         for k in range(8):
           ds[k * R * cols_dy + slot * cols_dy + j] = pdy(n, oh, j, k) if ok else 0.0
