@@ -2,7 +2,8 @@
 
 For each problem, both implementations are jitted, checked against each other
 (no speedup is reported for a result that disagrees), warmed up, and timed: the
-median over at least --samples timed samples, each the mean of a few calls
+median over --samples timed samples (fewer, down to 5, for calls so slow that
+they would pass 6 s of timing), each the mean of a few calls
 launched back to back (so host dispatch overlaps device work), on random data
 rotated among enough copies to defeat the L2 cache. Writes a CSV with
 provenance under --out and prints a table last. --resume CSV appends to an
@@ -62,6 +63,13 @@ L2_BYTES = 60 * 2**20
 # call per sample (docs/perf-notes.md).
 MIN_SAMPLE_SECONDS = 25e-3
 MAX_CALLS_PER_SAMPLE = 100
+# A function's timed samples stop at --samples or at MAX_TIMED_SECONDS of timed
+# calls, whichever comes first, but never below MIN_SAMPLES. XLA's bf16 filter
+# gradient takes 0.26-2.7 s a call on the 128x128x128x128 map on the H200, and 20
+# samples of each made the 27-point bwd_filter run outlast a 10-minute device call
+# (thirteenth session); a median of 5 calls of 1 s or more is not what limits it.
+MAX_TIMED_SECONDS = 6.0
+MIN_SAMPLES = 5
 
 
 def make_fn(mode, implementation, kwargs):
@@ -103,7 +111,8 @@ def conv_flops_and_bytes(case, dtype, mode, y_shape):
 
 
 def time_fn(fn, arg_sets, samples):
-  """Median seconds per call of fn over rotating argument sets."""
+  """Median seconds per call of fn over rotating argument sets, the calls per sample,
+  and the samples timed (at most `samples`; see MAX_TIMED_SECONDS)."""
   jax.block_until_ready(fn(*arg_sets[0]))  # compile
   t0 = time.perf_counter()
   jax.block_until_ready(fn(*arg_sets[0]))
@@ -114,6 +123,7 @@ def time_fn(fn, arg_sets, samples):
   # a call at large k on the H200, and these two made 2 of its 25 calls a point.
   for i in range(2 if reps > 1 else 0):
     jax.block_until_ready(fn(*arg_sets[i % len(arg_sets)]))
+  samples = min(samples, max(MIN_SAMPLES, int(MAX_TIMED_SECONDS / (single * reps))))
   times = []
   k = 0
   for _ in range(samples):
@@ -124,7 +134,7 @@ def time_fn(fn, arg_sets, samples):
       k += 1
     jax.block_until_ready(out)
     times.append((time.perf_counter() - t0) / reps)
-  return statistics.median(times), reps
+  return statistics.median(times), reps, samples
 
 
 def make_inputs(case, dtype, key, y_shape):
@@ -211,7 +221,7 @@ def main(argv=None):
   path = os.path.join(args.out, f"dwconv_{'_'.join(m.replace('+', '') for m in args.mode)}_{stamp}{args.tag}.csv")
   fields = ["mode", "dtype", "case", "n", "h", "w", "c", "kh", "kw", "strides", "tall_filters", "flashdwc_ms", "xla_ms",
             "flashdwc_tflops", "xla_tflops", "flashdwc_gbs", "speedup", "rel_err", "gate", "reps",
-            "gpu", "driver", "jax_version", "commit", "date"]
+            "samples", "xla_samples", "gpu", "driver", "jax_version", "commit", "date"]
   rows = []
   # A run cut short (a time limit on the GPU machine) goes on where it stopped: the
   # points already in the CSV are kept for the summary and not timed again.
@@ -221,9 +231,11 @@ def main(argv=None):
       with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
   done = {(r["mode"], r["dtype"], r["case"]) for r in rows}
+  if rows:  # a resumed CSV keeps its own columns (older ones lack the sample counts)
+    fields = list(rows[0].keys())
   key = jax.random.key(int.from_bytes(os.urandom(4), "little"))
   with open(path, "a" if rows else "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=fields)
+    writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
     if not rows:
       writer.writeheader()
     for mode in args.mode:
@@ -243,8 +255,8 @@ def main(argv=None):
           arg_sets = make_inputs(case, dtype, jax.random.fold_in(key, len(rows)), y_shape)
           err = relative_error(ours(*arg_sets[0]), xla(*arg_sets[0]))
           gate = "ok" if err <= gate_tol else "FAILED"
-          t_ours, reps = time_fn(ours, arg_sets, args.samples)
-          t_xla = float("nan") if args.skip_xla else time_fn(xla, arg_sets, args.samples)[0]
+          t_ours, reps, samples = time_fn(ours, arg_sets, args.samples)
+          t_xla, _, xla_samples = (float("nan"), 0, 0) if args.skip_xla else time_fn(xla, arg_sets, args.samples)
           flops, nbytes = conv_flops_and_bytes(case, dtype, mode, y_shape)
           row = {
               "mode": mode, "dtype": dtype_name, "case": case.name, "n": case.n, "h": case.h, "w": case.w,
@@ -254,7 +266,8 @@ def main(argv=None):
               "flashdwc_tflops": f"{flops / t_ours / 1e12:.3f}", "xla_tflops": f"{flops / t_xla / 1e12:.3f}",
               "flashdwc_gbs": f"{nbytes / t_ours / 1e9:.1f}",
               "speedup": f"{t_xla / t_ours:.3f}" if gate == "ok" and not args.skip_xla else "",
-              "rel_err": f"{err:.2e}", "gate": gate, "reps": reps, **prov,
+              "rel_err": f"{err:.2e}", "gate": gate, "reps": reps,
+              "samples": samples, "xla_samples": xla_samples, **prov,
           }
           writer.writerow(row)
           f.flush()
