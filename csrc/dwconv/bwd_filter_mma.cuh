@@ -79,9 +79,9 @@ __device__ __forceinline__ int ring_slot(int64_t oh, int ring_rows) {
   return s < 0 ? s + ring_rows : s;
 }
 
-// Halves of one input-row slot: 8 channel planes, 2 copies each.
-__device__ __forceinline__ int x_slot_halves(const MmaBwdFilterGrid& g) {
-  return MmaBwdFilterTraits::kBlockChannels * 2 * 2 * g.x_words;
+// Words of one input-row slot: 8 channel planes, 2 copies each.
+__device__ __forceinline__ int x_slot_words(const MmaBwdFilterGrid& g) {
+  return MmaBwdFilterTraits::kBlockChannels * 2 * g.x_words;
 }
 
 // Row r and word w of a stage's flattened item index (r * words + w), moved on by
@@ -99,12 +99,6 @@ struct ItemCursor {
     if (w >= words) w -= words, ++r;
   }
 };
-
-// Halves of two 8-channel pixels, channel k of each, as one word (a's in the low half):
-// channel k sits in word k / 2 of a pixel, low half for even k.
-__device__ __forceinline__ uint32_t pack_channel(const uint32_t (&a)[4], const uint32_t (&b)[4], int k) {
-  return __byte_perm(a[k / 2], b[k / 2], (k & 1) ? 0x7632 : 0x5410);
-}
 
 // Input rows (n, ih0 + r), r < count, into slot r, both copies of the 8 channel
 // planes: word w of copy 0 holds input columns 2 w - pad_left and 2 w + 1 - pad_left,
@@ -132,7 +126,7 @@ __device__ __forceinline__ void stage_x_rows(uint32_t* xs32, const uint16_t* __r
       const bool ok = row_inside && uint64_t(iw0 + q) < uint64_t(p.in_w);
       load8<kVec>(ok ? x + first + q * p.channels : x, ok, channels_left, v[q]);
     }
-    uint32_t* slot = xs32 + r * (x_slot_halves(g) / 2);
+    uint32_t* slot = xs32 + r * x_slot_words(g);
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       uint32_t* plane = slot + k * 2 * words;
@@ -166,8 +160,7 @@ __device__ __forceinline__ void stage_dy_rows(uint32_t* ds32, const uint16_t* __
       const bool ok = row_inside && 2 * w + q < p.out_w;
       load8<kVec>(ok ? dy + first + q * p.channels : dy, ok, channels_left, v[q]);
     }
-    const int s = first_slot + r;
-    uint32_t* dst = ds32 + (s >= g.ring_rows ? s - g.ring_rows : s) * g.dy_words + w;
+    uint32_t* dst = ds32 + wrap_slot(first_slot + r, g.ring_rows) * g.dy_words + w;
 #pragma unroll
     for (int k = 0; k < 8; ++k) dst[k * plane] = pack_channel(v[0], v[1], k);
   }
@@ -235,7 +228,7 @@ dwconv_bwd_filter_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ 
     // of the division routine per row in the SASS).
     const int first_top = ring_slot(ih0 + p.pad_top - kh_begin, g.ring_rows);
     for (int r = 0; r < count; ++r) {
-      const int top = first_top + r >= g.ring_rows ? first_top + r - g.ring_rows : first_top + r;
+      const int top = wrap_slot(first_top + r, g.ring_rows);
       // This lane's A words (slot r, plane copy by the parity of gid; element 16 m +
       // gid + 2 tig) and B words (ring row of kh = kh_begin + 8 nt + gid; element 2 tig),
       // for 16 output columns from column 0; each next 16 columns are 8 words on.
@@ -246,7 +239,7 @@ dwconv_bwd_filter_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ 
         const int channel = warp * Tr::kWarpChannels + c;
 #pragma unroll
         for (int m = 0; m < kMTiles; ++m)
-          a_ptr[c][m] = xs32 + r * (x_slot_halves(g) / 2) + (2 * channel + parity) * g.x_words +
+          a_ptr[c][m] = xs32 + r * x_slot_words(g) + (2 * channel + parity) * g.x_words +
                         ((16 * m + gid + 2 * tig) >> 1);
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) {

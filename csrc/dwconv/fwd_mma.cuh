@@ -302,7 +302,7 @@ __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __rest
     }
     const int64_t n = t.n + sub;
     const int64_t ih = ih0 + row_begin + row;
-    const int slot = slot_begin + row < g.tile_rows ? slot_begin + row : slot_begin + row - g.tile_rows;
+    const int slot = wrap_slot(slot_begin + row, g.tile_rows);
     const int64_t iw = iw0 + 2 * (q - sub * g.sub_pairs);
     const int64_t c = channel_base + 8 * octet;
     const bool row_ok = (!kNarrow || n < p.batch) && ih >= 0 && ih < p.in_h && c < p.channels;
@@ -322,7 +322,7 @@ __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __rest
     uint32_t* dst = xs + 8 * octet * plane_w + slot * pairs + q;
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      dst[k * plane_w] = __byte_perm(v0[k / 2], v1[k / 2], (k & 1) ? 0x7632 : 0x5410);
+      dst[k * plane_w] = pack_channel(v0, v1, k);
     }
   }
 }
@@ -539,7 +539,7 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
         uint32_t* dst = xs + (lc.warp * Tr::kWarpChannels + cc) * plane_w + lc.word;
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-          const int slot = out_slot0 + r < g.tile_rows ? out_slot0 + r : out_slot0 + r - g.tile_rows;
+          const int slot = wrap_slot(out_slot0 + r, g.tile_rows);
           dst[slot * row_w] = pack2<T>(acc[cc][r][0], acc[cc][r][1]);
           dst[slot * row_w + 32] = pack2<T>(acc[cc][r][2], acc[cc][r][3]);
         }
@@ -564,7 +564,7 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
       const int64_t ow = t.col0 + 2 * q - (sub << sub_shift_cols);
       const int64_t c = t.channel_base + 8 * octet;
       if ((kNarrow && n >= p.batch) || oh >= p.out_h || ow >= p.out_w || c >= p.channels) continue;
-      const int slot = out_slot0 + r < g.tile_rows ? out_slot0 + r : out_slot0 + r - g.tile_rows;
+      const int slot = wrap_slot(out_slot0 + r, g.tile_rows);
       const uint32_t* src = xs + 8 * octet * plane_w + slot * row_w + q;
       uint32_t v[8];
 #pragma unroll
