@@ -92,18 +92,28 @@ bool bwd_filter_mma_applies(const DwConvParams& p) {
   return smem_bytes(g) <= max_smem;
 }
 
-// The kernel instance for the block's tile grid (m_tiles x n_per_group, at most 4).
+// The kernel instance for the block's tile grid (m_tiles x n_per_group, at most 4),
+// with k_tiles a constant for one M tile on maps at most 32 columns wide (k = 9 and
+// 13 filters at most 16 tall: ConvMixer's, RepLKNet's 13 x 13 on its last stages).
 template <typename T, bool kVec>
 auto mma_kernel_for(const MmaBwdFilterGrid& g) {
+  if (g.m_tiles == 1 && g.n_per_group <= 2 && g.k_tiles <= 2) {
+    if (g.n_per_group == 1) {
+      return g.k_tiles == 1 ? dwconv_bwd_filter_mma_kernel<T, kVec, 1, 1, 1>
+                            : dwconv_bwd_filter_mma_kernel<T, kVec, 1, 1, 2>;
+    }
+    return g.k_tiles == 1 ? dwconv_bwd_filter_mma_kernel<T, kVec, 1, 2, 1>
+                          : dwconv_bwd_filter_mma_kernel<T, kVec, 1, 2, 2>;
+  }
   switch (g.m_tiles * 8 + g.n_per_group) {
-    case 8 + 1: return dwconv_bwd_filter_mma_kernel<T, kVec, 1, 1>;
-    case 8 + 2: return dwconv_bwd_filter_mma_kernel<T, kVec, 1, 2>;
-    case 8 + 3: return dwconv_bwd_filter_mma_kernel<T, kVec, 1, 3>;
-    case 8 + 4: return dwconv_bwd_filter_mma_kernel<T, kVec, 1, 4>;
-    case 16 + 1: return dwconv_bwd_filter_mma_kernel<T, kVec, 2, 1>;
-    case 16 + 2: return dwconv_bwd_filter_mma_kernel<T, kVec, 2, 2>;
-    case 24 + 1: return dwconv_bwd_filter_mma_kernel<T, kVec, 3, 1>;
-    default: return dwconv_bwd_filter_mma_kernel<T, kVec, 4, 1>;  // m_tiles 4 (KW <= 64)
+    case 8 + 1: return dwconv_bwd_filter_mma_kernel<T, kVec, 1, 1, 0>;
+    case 8 + 2: return dwconv_bwd_filter_mma_kernel<T, kVec, 1, 2, 0>;
+    case 8 + 3: return dwconv_bwd_filter_mma_kernel<T, kVec, 1, 3, 0>;
+    case 8 + 4: return dwconv_bwd_filter_mma_kernel<T, kVec, 1, 4, 0>;
+    case 16 + 1: return dwconv_bwd_filter_mma_kernel<T, kVec, 2, 1, 0>;
+    case 16 + 2: return dwconv_bwd_filter_mma_kernel<T, kVec, 2, 2, 0>;
+    case 24 + 1: return dwconv_bwd_filter_mma_kernel<T, kVec, 3, 1, 0>;
+    default: return dwconv_bwd_filter_mma_kernel<T, kVec, 4, 1, 0>;  // m_tiles 4 (KW <= 64)
   }
 }
 

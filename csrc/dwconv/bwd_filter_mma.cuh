@@ -118,13 +118,15 @@ __device__ __forceinline__ void stage_x_rows(uint32_t* xs32, const uint16_t* __r
     const int64_t ih = ih0 + r;
     const bool row_inside = ih >= 0 && ih < p.in_h;
     const int64_t iw0 = 2 * w - p.pad_left;
-    // Pixel (ih, iw0) of this channel block; the item's three pixels follow it.
-    const int64_t first = ((n * p.in_h + ih) * p.in_w + iw0) * p.channels + channel_base;
+    // Pixel (ih, iw0) of this channel block, and the item's next two pixels one
+    // pixel stride on each: one 64-bit index product per item (with the offset of
+    // every pixel written out, the SASS computed three).
+    const uint16_t* pixel = x + (((n * p.in_h + ih) * p.in_w + iw0) * p.channels + channel_base);
     uint32_t v[3][4];
 #pragma unroll
-    for (int q = 0; q < 3; ++q) {
+    for (int q = 0; q < 3; ++q, pixel += p.channels) {
       const bool ok = row_inside && uint64_t(iw0 + q) < uint64_t(p.in_w);
-      load8<kVec>(ok ? x + first + q * p.channels : x, ok, channels_left, v[q]);
+      load8<kVec>(ok ? pixel : x, ok, channels_left, v[q]);
     }
     uint32_t* slot = xs32 + r * x_slot_words(g);
 #pragma unroll
@@ -153,12 +155,12 @@ __device__ __forceinline__ void stage_dy_rows(uint32_t* ds32, const uint16_t* __
     const int r = at.r, w = at.w;
     const int64_t oh = oh_first + r;
     const bool row_inside = oh >= 0 && oh < p.out_h;
-    const int64_t first = ((n * p.out_h + oh) * p.out_w + 2 * w) * p.channels + channel_base;
+    const uint16_t* pixel = dy + (((n * p.out_h + oh) * p.out_w + 2 * w) * p.channels + channel_base);
     uint32_t v[2][4];
 #pragma unroll
-    for (int q = 0; q < 2; ++q) {
+    for (int q = 0; q < 2; ++q, pixel += p.channels) {
       const bool ok = row_inside && 2 * w + q < p.out_w;
-      load8<kVec>(ok ? dy + first + q * p.channels : dy, ok, channels_left, v[q]);
+      load8<kVec>(ok ? pixel : dy, ok, channels_left, v[q]);
     }
     uint32_t* dst = ds32 + wrap_slot(first_slot + r, g.ring_rows) * g.dy_words + w;
 #pragma unroll
@@ -170,8 +172,11 @@ __device__ __forceinline__ void stage_dy_rows(uint32_t* ds32, const uint16_t* __
 
 // kMTiles x kNTiles: the block's (M tile, N tile) grid, m_tiles x n_per_group. The
 // last group of filter rows may have fewer N tiles; its rows past KH read the zero
-// row and are never stored.
-template <typename T, bool kVec, int kMTiles, int kNTiles>
+// row and are never stored. kKTiles: k_tiles as a constant (1 or 2, maps at most 16
+// or 32 columns wide), or 0 for g.k_tiles. On a 32-column map the runtime loop ran
+// its unrolled-by-4 body never and its remainder twice: about 140 SASS instructions
+// per warp and input row for 8 MMAs, against 36 loads and MMAs.
+template <typename T, bool kVec, int kMTiles, int kNTiles, int kKTiles>
 __global__ void __launch_bounds__(MmaBwdFilterTraits::kThreads)
 dwconv_bwd_filter_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ dy_ptr, float* __restrict__ ws,
                              DwConvParams p, MmaBwdFilterGrid g) {
@@ -188,6 +193,7 @@ dwconv_bwd_filter_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ 
   uint32_t* zero_row = ds32 + Tr::kBlockChannels * g.ring_rows * g.dy_words;
   for (int j = threadIdx.x; j < g.dy_words; j += Tr::kThreads) zero_row[j] = 0u;
 
+  const int k_tiles = kKTiles > 0 ? kKTiles : g.k_tiles;
   const int64_t channel_base = int64_t(blockIdx.y) * Tr::kBlockChannels;
   const int kh_begin = int(blockIdx.x) * kNTiles * 8;
   const int kh_end = int(min(int64_t(kh_begin + kNTiles * 8), p.kernel_h));
@@ -216,8 +222,8 @@ dwconv_bwd_filter_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ 
     const int64_t oh_top = ih0 + count - 1 + p.pad_top - kh_begin;
     const int64_t oh_first = row0 == row_begin || ih0 == 0 ? ih0 + p.pad_top - kh_end + 1 : oh_top - count + 1;
     __syncthreads();  // the previous stage's MMAs have read the slots about to change
-    stage_x_rows<kVec>(xs32, x, p, g, 8 * (g.k_tiles + kMTiles), n, ih0, count, channel_base);
-    stage_dy_rows<kVec>(ds32, dy, p, g, 8 * g.k_tiles, n, oh_first, oh_top, channel_base);
+    stage_x_rows<kVec>(xs32, x, p, g, 8 * (k_tiles + kMTiles), n, ih0, count, channel_base);
+    stage_dy_rows<kVec>(ds32, dy, p, g, 8 * k_tiles, n, oh_first, oh_top, channel_base);
     __syncthreads();
     row0 += count;
 
@@ -250,7 +256,7 @@ dwconv_bwd_filter_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ 
       }
       // Every (channel, tile) accumulator in turn, so that consecutive MMAs do not
       // wait on each other; A is loaded once per M tile, B once per N tile.
-      for (int kb = 0; kb < g.k_tiles; ++kb) {
+      auto k_tile = [&](int kb) {
 #pragma unroll
         for (int c = 0; c < Tr::kWarpChannels; ++c) {
           uint32_t a[kMTiles][4], b[kNTiles][2];
@@ -272,6 +278,12 @@ dwconv_bwd_filter_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ 
 #pragma unroll
             for (int nt = 0; nt < kNTiles; ++nt) mma_16816<T>(acc[c][m][nt], a[m], b[nt][0], b[nt][1]);
         }
+      };
+      if constexpr (kKTiles > 0) {
+#pragma unroll
+        for (int kb = 0; kb < kKTiles; ++kb) k_tile(kb);
+      } else {
+        for (int kb = 0; kb < g.k_tiles; ++kb) k_tile(kb);
       }
     }
   }
