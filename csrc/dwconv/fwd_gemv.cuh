@@ -109,7 +109,7 @@ __device__ __forceinline__ void gemv_row(float (&acc)[kTM][Vec16<T>::kWidth], co
     if constexpr (kPrologue) {
 #pragma unroll
       for (int i = 0; i < kWidth; ++i)
-        v[i] = inside ? FwdPrologue::transform(affine.activation, v[i], affine.scale[i], affine.shift[i]) : 0.0f;
+        v[i] = inside ? FwdPrologue::transform_compact(affine.activation, v[i], affine.scale[i], affine.shift[i]) : 0.0f;
     }
   };
   auto load_column = [&](float (&v)[kWidth], int64_t iw) {
