@@ -110,9 +110,12 @@ FUSION_CASES = [
     ConvCase("k13_c13", 1, 15, 17, 13, 13, 13),
     ConvCase("k3_s2", 2, 11, 12, 16, 3, 3, strides=2),
     ConvCase("k5_d2", 1, 13, 12, 8, 5, 5, dilation=2),
-    # fp16/bf16: the row-stream kernel with an epilogue, and with a prologue the
-    # tensor-core kernel it falls back to.
+    # fp16/bf16: the row-stream kernel, with an epilogue and with a prologue.
     ConvCase("k7_c64", 1, 10, 20, 64, 7, 7),
+    # The row-stream kernel with a prologue: 4 outputs a thread (over 32 columns
+    # wide) and two row blocks at k = 3, 2 outputs a thread at k = 5.
+    ConvCase("k3_c32_w40", 2, 19, 40, 32, 3, 3),
+    ConvCase("k5_c16", 1, 9, 12, 16, 5, 5),
 ]
 
 # Small enough for numerical differentiation.

@@ -89,9 +89,9 @@ constexpr int64_t kRowStreamMinRows = 16;
 constexpr int64_t kRowStreamMaxKernelH = 9;
 constexpr int64_t kRowStreamNarrowWidth = 32;
 
-template <typename T, int kTM, int kKW>
+template <typename T, int kTM, int kKW, bool kPrologue>
 cudaError_t launch_fwd_rowstream(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
-                                 const FwdEpilogue& epilogue) {
+                                 const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
   using Tr = RowStreamTraits<T, kTM>;
   RowStreamGrid grid;
   grid.strips = (p.out_w + Tr::kStripWidth - 1) / Tr::kStripWidth;
@@ -102,25 +102,38 @@ cudaError_t launch_fwd_rowstream(const DwConvParams& p, const T* x, const T* w, 
   grid.row_blocks = (p.out_h + grid.rows_per_block - 1) / grid.rows_per_block;
   grid.ring_rows = int(p.kernel_h) + Tr::kPrefetchRows;
   const size_t smem = size_t(rowstream_smem_bytes<T, kTM>(p.kernel_h, kKW));
-  auto kernel = dwconv_fwd_rowstream_kernel<T, kTM, kKW>;
+  auto kernel = dwconv_fwd_rowstream_kernel<T, kTM, kKW, kPrologue>;
   if (cudaError_t err = allow_dynamic_smem(kernel, size_t(smem)); err != cudaSuccess) return err;
   const dim3 blocks(unsigned(p.batch * grid.strips * grid.row_blocks), unsigned(channel_blocks));
-  kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, w, y, p, grid, epilogue);
+  kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, w, y, p, grid, epilogue, prologue);
   return cudaGetLastError();
 }
 
-template <typename T, int kTM>
+template <typename T, int kTM, bool kPrologue>
 cudaError_t launch_fwd_rowstream_width(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
-                                       const FwdEpilogue& epilogue) {
+                                       const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
   switch (p.kernel_w) {
-    case 3: return launch_fwd_rowstream<T, kTM, 3>(p, x, w, y, stream, epilogue);
-    case 5: return launch_fwd_rowstream<T, kTM, 5>(p, x, w, y, stream, epilogue);
-    default: return launch_fwd_rowstream<T, kTM, 7>(p, x, w, y, stream, epilogue);
+    case 3: return launch_fwd_rowstream<T, kTM, 3, kPrologue>(p, x, w, y, stream, epilogue, prologue);
+    case 5: return launch_fwd_rowstream<T, kTM, 5, kPrologue>(p, x, w, y, stream, epilogue, prologue);
+    default: return launch_fwd_rowstream<T, kTM, 7, kPrologue>(p, x, w, y, stream, epilogue, prologue);
   }
 }
 
+// The prologue is a template flag: the kernels without it compile as before.
+template <typename T>
+cudaError_t launch_fwd_rowstream_any(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
+                                     const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
+  const bool narrow = p.out_w <= kRowStreamNarrowWidth;
+  if (prologue.active()) {
+    return narrow ? launch_fwd_rowstream_width<T, 2, true>(p, x, w, y, stream, epilogue, prologue)
+                  : launch_fwd_rowstream_width<T, 4, true>(p, x, w, y, stream, epilogue, prologue);
+  }
+  return narrow ? launch_fwd_rowstream_width<T, 2, false>(p, x, w, y, stream, epilogue, prologue)
+                : launch_fwd_rowstream_width<T, 4, false>(p, x, w, y, stream, epilogue, prologue);
+}
+
 // Whether the row-stream kernel takes the problem, from its geometry alone (the
-// launch also needs 16-byte aligned buffers and no prologue).
+// launch also needs 16-byte aligned buffers).
 bool rowstream_supports(const DwConvParams& p, bool half_precision) {
   const int64_t width = half_precision ? 8 : 4;
   const int64_t most_blocks = p.batch * p.out_h * ((p.out_w + kRowStreamNarrowWidth - 1) / kRowStreamNarrowWidth);
@@ -177,9 +190,8 @@ cudaError_t run_dwconv_fwd(const DwConvParams& p, const T* x, const T* w, T* y, 
   }
   if (kernel == FwdKernel::kDirect) return launch_fwd_direct(p, x, w, y, stream, epilogue, prologue);
   if (kernel == FwdKernel::kRowStream) {
-    if (!prologue.active() && aligned(x, 16) && aligned(w, 16) && aligned(y, 16)) {
-      return p.out_w <= kRowStreamNarrowWidth ? launch_fwd_rowstream_width<T, 2>(p, x, w, y, stream, epilogue)
-                                              : launch_fwd_rowstream_width<T, 4>(p, x, w, y, stream, epilogue);
+    if (aligned(x, 16) && aligned(w, 16) && aligned(y, 16)) {
+      return launch_fwd_rowstream_any(p, x, w, y, stream, epilogue, prologue);
     }
     // Where the row-stream kernel cannot run, half types at KW = 7 go back to tensor
     // cores (0.82 ms against the GEMV kernel's 1.44 at bf16 128x64x64x256).

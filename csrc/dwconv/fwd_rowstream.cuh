@@ -15,6 +15,13 @@
 // 16 * kTM output columns. The block computes output rows [row_begin, row_end) of
 // one image and strip; the input rows travel through a ring of KH + kPrefetchRows
 // slots.
+//
+// Prologue (epilogue.h, kPrologue): each thread applies it to the chunks it copied,
+// once a row has landed and before the barrier that publishes the row, so every
+// input element is transformed once per block; padding chunks stay zero. Applied
+// as the KH filter rows read the ring instead, it would run about KH * (kTM + KW - 1)
+// / kTM times per element (the GEMV kernel's way, 2.4-4x slower than the unfused
+// sequence at k = 3 on the H200, docs/perf-notes.md).
 #pragma once
 
 #include <cstdint>
@@ -80,10 +87,10 @@ __device__ __forceinline__ void load_filter_tap_shared(const float* w_row, float
 
 // 4 resident blocks per SM cap the registers at 128: fp16/bf16 with kTM = 4 took
 // 168 (ptxas, uncapped at 3 blocks) and fit in 124-127 capped, without spill.
-template <typename T, int kTM, int kKW>
+template <typename T, int kTM, int kKW, bool kPrologue>
 __global__ void __launch_bounds__(RowStreamTraits<T, kTM>::kThreads, 4)
 dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
-                            DwConvParams p, RowStreamGrid grid, FwdEpilogue epilogue) {
+                            DwConvParams p, RowStreamGrid grid, FwdEpilogue epilogue, FwdPrologue prologue) {
   using Tr = RowStreamTraits<T, kTM>;
   constexpr int kWidth = Tr::kChannelsPerThread;
   constexpr int kRowColumns = Tr::kStripWidth + kKW - 1;
@@ -178,6 +185,39 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
   const int column_thread = threadIdx.x / Tr::kChannelGroups;
   const int64_t c0 = channel_base + group * kWidth;
   const bool channels_valid = c0 < p.channels;
+
+  // The prologue on this thread's chunks of input row j (slot `slot`), once they have
+  // landed: its copies are all of channel group `group` (kThreads is a multiple of
+  // kChannelGroups), and a chunk is all inside C or all past it (C is a multiple of
+  // kWidth: rowstream_supports).
+  static_assert(Tr::kThreads % Tr::kChannelGroups == 0, "a thread copies one channel group");
+  float prologue_scale[kWidth], prologue_shift[kWidth];
+  if constexpr (kPrologue) {
+#pragma unroll
+    for (int i = 0; i < kWidth; ++i) {
+      prologue_scale[i] = channels_valid ? prologue.scale[c0 + i] : 0.0f;
+      prologue_shift[i] = channels_valid ? prologue.shift[c0 + i] : 0.0f;
+    }
+  }
+  auto transform_row = [&](int j, int slot) {
+    if (j >= input_rows) return;
+    const int64_t ih = ih_begin + j;
+    if (ih < 0 || ih >= p.in_h) return;
+    T* slot_row = ring + int64_t(slot) * kRowElems + threadIdx.x * kWidth;
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      if (i == kCopies - 1 && threadIdx.x + i * Tr::kThreads >= kRowChunks) break;
+      if (copy_offset[i] < 0) continue;
+      T* chunk = slot_row + i * Tr::kThreads * kWidth;
+      float v[kWidth];
+      Vec16<T>::load_shared(chunk, v);
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) {
+        v[e] = FwdPrologue::transform_compact(prologue.activation, v[e], prologue_scale[e], prologue_shift[e]);
+      }
+      Vec16<T>::store(chunk, v);
+    }
+  };
   const int64_t ow0 = ow_begin + column_thread * kTM;
   const float* w_thread = w_smem + group * 4;
 
@@ -194,6 +234,17 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
     // Committed so far: rows up to o + ring_rows - 2; rows up to o + KH - 1 must
     // have landed, so kPrefetchRows - 1 groups may still be in flight.
     cp_async_wait<Tr::kPrefetchRows - 1>();
+    if constexpr (kPrologue) {
+      // The rows that landed since the last iteration: 0 .. KH - 1 first, then row
+      // o + KH - 1, KH - 1 slots after first_slot. A thread sees its own copies
+      // after the wait; no thread reads these slots until the barrier below.
+      if (o == 0) {
+        for (int j = 0; j < kernel_h; ++j) transform_row(j, j);
+      } else {
+        const int slot = first_slot + kernel_h - 1;
+        transform_row(o + kernel_h - 1, slot >= grid.ring_rows ? slot - grid.ring_rows : slot);
+      }
+    }
     // Makes those rows visible to every thread, and ends every thread's reads of
     // row o - 1, whose slot the next copy reuses.
     __syncthreads();
