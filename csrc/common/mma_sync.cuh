@@ -1,6 +1,6 @@
 // Shared by the tensor-core kernels (forward and filter gradient): the m16n8k16
-// MMA on raw fp16/bf16 bits, an 8-channel load as four such words, the pairing of two
-// pixels' channel into one word that their staging stores, and the ring-slot wrap.
+// MMA on raw fp16/bf16 bits, an 8-channel load as four such words, and the pairing
+// of two pixels' channel into one word that their staging stores.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -55,8 +55,5 @@ __device__ __forceinline__ void load8(const uint16_t* __restrict__ src, bool val
 __device__ __forceinline__ uint32_t pack_channel(const uint32_t (&a)[4], const uint32_t (&b)[4], int k) {
   return __byte_perm(a[k / 2], b[k / 2], (k & 1) ? 0x7632 : 0x5410);
 }
-
-// Slot s of a ring of `slots`, for s in [0, 2 slots): one compare, no remainder.
-__device__ __forceinline__ int wrap_slot(int s, int slots) { return s < slots ? s : s - slots; }
 
 }  // namespace flashdwc

@@ -42,6 +42,7 @@
 
 #include "common/cuda_types.cuh"
 #include "common/mma_sync.cuh"
+#include "common/ring_slot.cuh"
 #include "dwconv/params.h"
 
 namespace flashdwc {

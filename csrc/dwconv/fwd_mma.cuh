@@ -70,6 +70,7 @@
 
 #include "common/cuda_types.cuh"
 #include "common/mma_sync.cuh"
+#include "common/ring_slot.cuh"
 #include "common/static_for.cuh"
 #include "dwconv/epilogue.h"
 #include "dwconv/params.h"

@@ -29,6 +29,7 @@
 
 #include "common/cp_async.cuh"
 #include "common/cuda_types.cuh"
+#include "common/ring_slot.cuh"
 #include "common/static_for.cuh"
 #include "dwconv/epilogue.h"
 #include "dwconv/params.h"
@@ -241,8 +242,7 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
       if (o == 0) {
         for (int j = 0; j < kernel_h; ++j) transform_row(j, j);
       } else {
-        const int slot = first_slot + kernel_h - 1;
-        transform_row(o + kernel_h - 1, slot >= grid.ring_rows ? slot - grid.ring_rows : slot);
+        transform_row(o + kernel_h - 1, wrap_slot(first_slot + kernel_h - 1, grid.ring_rows));
       }
     }
     // Makes those rows visible to every thread, and ends every thread's reads of
