@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
 #include <type_traits>
 
 namespace flashdwc {
@@ -30,6 +31,24 @@ namespace flashdwc {
 // Four consecutive channels moved as one vector: 16 bytes of float, 8 of half or
 // bfloat16. The pointer must be aligned to that size (C % 4 == 0 and 16-byte
 // aligned buffers guarantee it).
+//
+// store_global writes global memory with one vector store, in inline PTX. A
+// vector assignment, `*reinterpret_cast<uint4*>(p) = v`, came out of nvcc 13.0
+// (sm_90) as one 4-byte store per word for global memory (no st.global.v4/v2 in
+// dwconv_cuda.cu or fwd_mma.cu), while shared-memory assignments stayed vectors.
+// Nsight Compute on the bf16 tensor-core forward (64x32x32x1536, k = 9) counted
+// 21.9M L2 write sectors for 6.3M sectors of output: every sector written in four
+// partial pieces. The asm has no "memory" clobber, unlike __stwb: with __stwb the
+// fp32 GEMV forward ran 11% slower (128x64x64x256, k = 13 and 31), the clobber
+// making the compiler reload what it held in registers across each store. No
+// kernel reads back the global memory it stores this way.
+__device__ __forceinline__ void store_global_v4(void* p, uint32_t x, uint32_t y, uint32_t z, uint32_t w) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(x), "r"(y), "r"(z), "r"(w));
+}
+__device__ __forceinline__ void store_global_v2(void* p, uint32_t x, uint32_t y) {
+  asm volatile("st.global.v2.b32 [%0], {%1, %2};\n" ::"l"(p), "r"(x), "r"(y));
+}
+
 template <typename T>
 struct Vec4;
 
@@ -46,6 +65,9 @@ struct Vec4<float> {
   __device__ __forceinline__ static void store(float* p, const float (&v)[4]) {
     *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
   }
+  __device__ __forceinline__ static void store_global(float* p, const float (&v)[4]) {
+    store_global_v4(p, __float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
+  }
 };
 
 template <typename T2, typename T>
@@ -57,7 +79,7 @@ struct Vec4Half {
   __device__ __forceinline__ static void load_shared(const T* p, float (&v)[4]) {
     unpack(*reinterpret_cast<const uint2*>(p), v);
   }
-  __device__ __forceinline__ static void store(T* p, const float (&v)[4]) {
+  __device__ __forceinline__ static uint2 pack(const float (&v)[4]) {
     T2 lo, hi;
     if constexpr (std::is_same_v<T, __half>) {
       lo = __floats2half2_rn(v[0], v[1]);
@@ -69,7 +91,12 @@ struct Vec4Half {
     uint2 u;
     u.x = *reinterpret_cast<unsigned*>(&lo);
     u.y = *reinterpret_cast<unsigned*>(&hi);
-    *reinterpret_cast<uint2*>(p) = u;
+    return u;
+  }
+  __device__ __forceinline__ static void store(T* p, const float (&v)[4]) { *reinterpret_cast<uint2*>(p) = pack(v); }
+  __device__ __forceinline__ static void store_global(T* p, const float (&v)[4]) {
+    const uint2 u = pack(v);
+    store_global_v2(p, u.x, u.y);
   }
 };
 
@@ -138,11 +165,15 @@ struct Vec16Half {
   __device__ __forceinline__ static void load_shared(const T* p, float (&v)[8]) {
     unpack(*reinterpret_cast<const uint4*>(p), v);
   }
-  __device__ __forceinline__ static void store(T* p, const float (&v)[8]) {
-    uint2 lo, hi;
-    Half4::store(reinterpret_cast<T*>(&lo), *reinterpret_cast<const float(*)[4]>(&v[0]));
-    Half4::store(reinterpret_cast<T*>(&hi), *reinterpret_cast<const float(*)[4]>(&v[4]));
-    *reinterpret_cast<uint4*>(p) = make_uint4(lo.x, lo.y, hi.x, hi.y);
+  __device__ __forceinline__ static uint4 pack(const float (&v)[8]) {
+    const uint2 lo = Half4::pack(*reinterpret_cast<const float(*)[4]>(&v[0]));
+    const uint2 hi = Half4::pack(*reinterpret_cast<const float(*)[4]>(&v[4]));
+    return make_uint4(lo.x, lo.y, hi.x, hi.y);
+  }
+  __device__ __forceinline__ static void store(T* p, const float (&v)[8]) { *reinterpret_cast<uint4*>(p) = pack(v); }
+  __device__ __forceinline__ static void store_global(T* p, const float (&v)[8]) {
+    const uint4 u = pack(v);
+    store_global_v4(p, u.x, u.y, u.z, u.w);
   }
 };
 

@@ -1,6 +1,6 @@
 // Shared by the tensor-core kernels (forward and filter gradient): the m16n8k16
-// MMA on raw fp16/bf16 bits, an 8-channel load as four such words, and the pairing
-// of two pixels' channel into one word that their staging stores.
+// MMA on raw fp16/bf16 bits, an 8-channel load and store as four such words, and
+// the pairing of two pixels' channel into one word that their staging stores.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <type_traits>
+
+#include "common/cuda_types.cuh"
 
 namespace flashdwc {
 
@@ -49,6 +51,11 @@ __device__ __forceinline__ void load8(const uint16_t* __restrict__ src, bool val
     }
   }
 }
+
+// 8 channels [c, c + 8) of one element, as load8's kVec path reads them: one
+// 16-byte store to a 16-byte aligned global address (why not an assignment:
+// cuda_types.cuh, store_global_v4).
+__device__ __forceinline__ void store8(uint16_t* dst, uint4 v) { store_global_v4(dst, v.x, v.y, v.z, v.w); }
 
 // Channel k of two 8-channel pixels (each as load8 returns it) as one word, a's in
 // the low half: channel k sits in word k / 2 of a pixel, in its low half for even k.

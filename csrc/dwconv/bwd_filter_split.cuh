@@ -210,7 +210,8 @@ dwconv_bwd_filter_split_kernel(const T* __restrict__ x, const T* __restrict__ dy
     } else if constexpr (kVec && kWidth % 4 == 0) {
 #pragma unroll
       for (int i = 0; i < kWidth; i += 4)
-        *reinterpret_cast<float4*>(dst + i) = make_float4(acc[t][i], acc[t][i + 1], acc[t][i + 2], acc[t][i + 3]);
+        store_global_v4(dst + i, __float_as_uint(acc[t][i]), __float_as_uint(acc[t][i + 1]),
+                        __float_as_uint(acc[t][i + 2]), __float_as_uint(acc[t][i + 3]));
     } else {
 #pragma unroll
       for (int i = 0; i < kWidth; ++i)

@@ -301,7 +301,7 @@ dwconv_fwd_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __re
     if (ow0 + t >= p.out_w) break;
     T* dst = y_base + t * p.channels;
     if constexpr (kVec) {
-      Vec16<T>::store(dst, acc[t]);
+      Vec16<T>::store_global(dst, acc[t]);
     } else {
 #pragma unroll
       for (int i = 0; i < kWidth; ++i)

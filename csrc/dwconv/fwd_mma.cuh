@@ -610,8 +610,8 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
         lo.y = __byte_perm(v[2], v[3], 0x5410), hi.y = __byte_perm(v[2], v[3], 0x7632);
         lo.z = __byte_perm(v[4], v[5], 0x5410), hi.z = __byte_perm(v[4], v[5], 0x7632);
         lo.w = __byte_perm(v[6], v[7], 0x5410), hi.w = __byte_perm(v[6], v[7], 0x7632);
-        *reinterpret_cast<uint4*>(dst) = lo;
-        if (second) *reinterpret_cast<uint4*>(dst + p.channels) = hi;
+        store8(dst, lo);
+        if (second) store8(dst + p.channels, hi);
       } else {
         const int64_t valid = p.channels - c;
 #pragma unroll

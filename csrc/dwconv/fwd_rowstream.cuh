@@ -288,7 +288,7 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
     T* y_row = y + ((n * p.out_h + row_begin + o) * p.out_w + ow0) * p.channels + c0;
 #pragma unroll
     for (int t = 0; t < kTM; ++t) {
-      if (ow0 + t < p.out_w) Vec16<T>::store(y_row + t * p.channels, acc[t]);
+      if (ow0 + t < p.out_w) Vec16<T>::store_global(y_row + t * p.channels, acc[t]);
     }
   }
   // No copy may be left in flight when the block exits.
