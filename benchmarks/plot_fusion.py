@@ -3,7 +3,7 @@ fwd_bias_gelu_unfused fwd_bn_relu fwd_bn_relu_unfused): for each fusion, dtype a
 paper map, the fused forward's time over the unfused sequence's (our conv, then or
 after XLA's elementwise pass) against the filter size k. Below 1: the fusion saves time.
 
-  python benchmarks/plot_fusion.py benchmarks/results/h200_fusion_fwd_94d1374.csv --out plot.png
+  python benchmarks/plot_fusion.py benchmarks/results/h200_fusion_fwd_47957c7.csv --out plot.png
 """
 
 from __future__ import annotations
