@@ -82,4 +82,29 @@ struct FwdPrologue {
 #endif
 };
 
+#ifdef __CUDACC__
+// The prologue's scale and shift for kWidth consecutive channels of one thread, held
+// in registers for a whole pass instead of read from global memory at every element.
+template <int kWidth>
+struct ChannelAffine {
+  float scale[kWidth];
+  float shift[kWidth];
+  Activation activation;
+  // Channels [c0, c0 + kWidth); those >= C get 0 and 0, which every activation keeps
+  // at 0.
+  __device__ __forceinline__ void load(const FwdPrologue& prologue, int64_t c0, int64_t channels) {
+    activation = prologue.activation;
+#pragma unroll
+    for (int i = 0; i < kWidth; ++i) {
+      const bool ok = c0 + i < channels;
+      scale[i] = ok ? prologue.scale[c0 + i] : 0.0f;
+      shift[i] = ok ? prologue.shift[c0 + i] : 0.0f;
+    }
+  }
+  __device__ __forceinline__ float apply(int i, float v) const {
+    return FwdPrologue::transform_compact(activation, v, scale[i], shift[i]);
+  }
+};
+#endif
+
 }  // namespace flashdwc

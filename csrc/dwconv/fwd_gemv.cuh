@@ -78,14 +78,6 @@ __device__ __forceinline__ void load_filter_rows(T* dst, const T* __restrict__ w
   }
 }
 
-// The prologue's per-channel scale and shift for one thread's channels, in registers.
-template <int kWidth>
-struct ChannelAffine {
-  float scale[kWidth];
-  float shift[kWidth];
-  Activation activation;
-};
-
 // One filter row's 1-D convolution for this thread's kTM x kWidth outputs.
 // kPrologue: each input column is transformed by `affine` as it is loaded (inside
 // the image only; padding stays zero).
@@ -109,7 +101,7 @@ __device__ __forceinline__ void gemv_row(float (&acc)[kTM][Vec16<T>::kWidth], co
     if constexpr (kPrologue) {
 #pragma unroll
       for (int i = 0; i < kWidth; ++i)
-        v[i] = inside ? FwdPrologue::transform_compact(affine.activation, v[i], affine.scale[i], affine.shift[i]) : 0.0f;
+        v[i] = inside ? affine.apply(i, v[i]) : 0.0f;
     }
   };
   auto load_column = [&](float (&v)[kWidth], int64_t iw) {

@@ -249,27 +249,11 @@ __device__ __forceinline__ T unpack_hi(uint32_t v) {
   return *reinterpret_cast<const T*>(&bits);
 }
 
-// The prologue's scale and shift of the 8 channels [c, c + 8) that one thread
-// stages (its octet is fixed: see stage_input), loaded once per staging pass rather
-// than once per element. Channels >= C get 0 and 0: every activation maps 0 to 0,
-// so they stay zero.
-struct OctetAffine {
-  float scale[8], shift[8];
-  __device__ __forceinline__ void load(const FwdPrologue& prologue, int64_t c, int64_t channels) {
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const bool ok = c + k < channels;
-      scale[k] = ok ? prologue.scale[c + k] : 0.0f;
-      shift[k] = ok ? prologue.shift[c + k] : 0.0f;
-    }
-  }
-};
-
 // The prologue (epilogue.h) on word k of an item (channels 2k, 2k + 1 of the
 // octet) of an input element inside the image, rounded back to T as the tensor
-// cores take it.
+// cores take it. `a` holds the octet's 8 scales and shifts.
 template <typename T>
-__device__ __forceinline__ uint32_t prologue_word(const OctetAffine& a, Activation activation, uint32_t v, int k) {
+__device__ __forceinline__ uint32_t prologue_word(const ChannelAffine<8>& a, Activation activation, uint32_t v, int k) {
   const float lo = FwdPrologue::transform_compact(activation, to_float(unpack_lo<T>(v)), a.scale[2 * k], a.shift[2 * k]);
   const float hi =
       FwdPrologue::transform_compact(activation, to_float(unpack_hi<T>(v)), a.scale[2 * k + 1], a.shift[2 * k + 1]);
@@ -296,9 +280,10 @@ __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __rest
   const int plane_w = g.x_plane / 2;
   const int slot_begin = row_begin % g.tile_rows;
   const int items = (row_end - row_begin) * pairs * Tr::kOctets;
-  // A thread's items are kThreads apart, so its channel octet is the same in all of them.
+  // A thread's items are kThreads apart, so its channel octet is the same in all of
+  // them: its scales and shifts are loaded once per staging pass.
   static_assert(Tr::kThreads % Tr::kOctets == 0, "a thread stages one channel octet");
-  OctetAffine affine;
+  ChannelAffine<8> affine;
   if constexpr (kPrologue) affine.load(prologue, channel_base + 8 * (threadIdx.x % Tr::kOctets), p.channels);
 #pragma unroll 1
   for (int it = threadIdx.x; it < items; it += Tr::kThreads) {

@@ -192,14 +192,10 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
   // kChannelGroups), and a chunk is all inside C or all past it (C is a multiple of
   // kWidth: rowstream_supports).
   static_assert(Tr::kThreads % Tr::kChannelGroups == 0, "a thread copies one channel group");
-  float prologue_scale[kWidth], prologue_shift[kWidth];
-  if constexpr (kPrologue) {
-#pragma unroll
-    for (int i = 0; i < kWidth; ++i) {
-      prologue_scale[i] = channels_valid ? prologue.scale[c0 + i] : 0.0f;
-      prologue_shift[i] = channels_valid ? prologue.shift[c0 + i] : 0.0f;
-    }
-  }
+  ChannelAffine<kWidth> affine;
+  // The bound says what channels_valid says for the whole group (C is a multiple of
+  // kWidth), so that the compiler needs no compare per channel.
+  if constexpr (kPrologue) affine.load(prologue, c0, channels_valid ? c0 + kWidth : c0);
   auto transform_row = [&](int j, int slot) {
     if (j >= input_rows) return;
     const int64_t ih = ih_begin + j;
@@ -214,7 +210,7 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
       Vec16<T>::load_shared(chunk, v);
 #pragma unroll
       for (int e = 0; e < kWidth; ++e) {
-        v[e] = FwdPrologue::transform_compact(prologue.activation, v[e], prologue_scale[e], prologue_shift[e]);
+        v[e] = FwdPrologue::transform_compact(prologue.activation, v[e], affine.scale[e], affine.shift[e]);
       }
       Vec16<T>::store(chunk, v);
     }
