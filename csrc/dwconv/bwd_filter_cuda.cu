@@ -69,9 +69,23 @@ BwdFilterTiling bwd_filter_tiling(const DwConvParams& p, bool half_precision) {
 // -> 0.86, on 128x64x64x256 1.02 -> 0.73, on 128x14x14x512 0.22 -> 0.14; k = 13 on
 // 64x7x7x1024 0.32 -> 0.08; k = 31 on 128^4 4.52 -> 3.30. Below 9 taps the 16-tap M
 // tile is mostly padding: taking it from 5 taps, ahead of the row-stream kernel, gave
-// 0.94-0.98 at k = 7 on 56- to 128-wide maps but 1.07 on 64x7x7x768 and 1.44 at
-// k = 5 on 128x64x64x256, so k <= 7 stays on the CUDA-core kernels.
+// 0.94-0.98 at k = 7 on 56- to 128-wide maps (0.90 on 64x14x14x384) but 1.07 on
+// 64x7x7x768 and 1.44 at k = 5 on 128x64x64x256. So k = 7 goes to tensor cores on
+// outputs at least 14 wide, and narrower filters stay on the CUDA-core kernels.
+// Checked against the row-stream and split kernels it displaced (kernel-level A/B,
+// H200, sixteenth session, ms): bf16 128x64x64x256 0.696 -> 0.651, 128^4 1.295 ->
+// 1.267, 64x56x56x96 0.138 -> 0.128, 64x28x28x192 0.091 -> 0.081, 64x14x14x384 0.066
+// -> 0.048; it lost 1% on 128x32x32x1024 (0.709 -> 0.717) and 2% in fp16 on
+// 128x64x64x256 (0.638 -> 0.651), where the row-stream kernel converts fp16 faster
+// than bf16. One rule for both half types keeps the choice a function of the shape.
 constexpr int64_t kBwdFilterMmaMinTaps = 9;
+constexpr int64_t kBwdFilterMmaSevenTaps = 7;
+constexpr int64_t kBwdFilterMmaSevenTapsMinOutW = 14;
+
+bool bwd_filter_mma_wins(const DwConvParams& p) {
+  return p.kernel_w >= kBwdFilterMmaMinTaps ||
+         (p.kernel_w == kBwdFilterMmaSevenTaps && p.out_w >= kBwdFilterMmaSevenTapsMinOutW);
+}
 
 // KW 3, 5 and 7 at stride 1 stream rows through shared memory (bwd_filter_rowstream.cuh)
 // where 16-byte copies take whole channel groups. Against the split kernel on the
@@ -99,9 +113,10 @@ bool bwd_filter_rowstream_applies(const DwConvParams& p, bool half_precision) {
 
 BwdFilterKernel select_bwd_filter_kernel(const DwConvParams& p, bool half_precision, bool deterministic) {
   if (!bwd_filter_split_applies(p)) return BwdFilterKernel::kDirect;
+  const bool mma = half_precision && bwd_filter_mma_wins(p) && bwd_filter_mma_applies(p);
+  if (mma && p.kernel_w < kBwdFilterMmaMinTaps) return BwdFilterKernel::kMma;  // ahead of the row-stream kernel
   if (!deterministic && bwd_filter_rowstream_applies(p, half_precision)) return BwdFilterKernel::kRowStream;
-  const bool mma_wins = p.kernel_w >= kBwdFilterMmaMinTaps;
-  return half_precision && mma_wins && bwd_filter_mma_applies(p) ? BwdFilterKernel::kMma : BwdFilterKernel::kSplit;
+  return mma ? BwdFilterKernel::kMma : BwdFilterKernel::kSplit;
 }
 
 int64_t bwd_filter_workspace_bytes(const DwConvParams& p, bool deterministic, bool half_precision) {
