@@ -172,19 +172,25 @@ def test_filter_gradient_rowstream_takes_only_the_shapes_it_was_timed_faster_on(
 @pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
 def test_filter_gradient_tiling():
   tiling = _ffi._jax_flashdwc.cuda_bwd_filter_tiling
-  # fp16/bf16: 16-byte loads (width 8) where they waste no more taps, else 4 channels.
-  assert tiling(3, half_precision=True) == (8, 3)  # 3 taps against width 4's TM 4
-  assert tiling(5, half_precision=True) == (4, 5)  # width 8 would compute 6
-  assert tiling(7, half_precision=True) == (4, 7)
-  assert tiling(9, half_precision=True) == (8, 3)
-  assert tiling(13, half_precision=True) == (4, 7)  # width 8 would compute 16
-  assert tiling(31, half_precision=True) == (8, 4)  # 32 taps either way
+  # (channels per thread, taps per thread, filter rows per thread), square filters at stride 1.
+  # fp16/bf16: 16-byte loads (width 8) where they waste no more taps, else 4 channels; one row.
+  assert tiling(3, half_precision=True) == (8, 3, 1)  # 3 taps against width 4's TM 4
+  assert tiling(5, half_precision=True) == (4, 5, 1)  # width 8 would compute 6
+  assert tiling(7, half_precision=True) == (4, 7, 1)
+  assert tiling(9, half_precision=True) == (8, 3, 1)
+  assert tiling(13, half_precision=True) == (4, 7, 1)  # width 8 would compute 16
+  assert tiling(31, half_precision=True) == (8, 4, 1)  # 32 taps either way
   # fp32: one channel per lane where its TM (9 to 16) computes fewer taps than width 4's.
-  assert tiling(3, half_precision=False) == (4, 4)
-  assert tiling(8, half_precision=False) == (4, 8)
-  assert tiling(9, half_precision=False) == (1, 9)  # width 4: TM 5, 10 taps
-  assert tiling(13, half_precision=False) == (1, 13)  # 13 against 14
-  assert tiling(17, half_precision=False) == (1, 9)  # 18 against 21
-  assert tiling(51, half_precision=False) == (1, 13)  # 52 against 56
-  assert tiling(21, half_precision=False) == (4, 7)  # 21 against 22
-  assert tiling(31, half_precision=False) == (4, 8)  # 32 either way
+  assert tiling(3, half_precision=False) == (4, 4, 1)
+  assert tiling(8, half_precision=False) == (4, 8, 1)
+  assert tiling(9, half_precision=False) == (1, 9, 3)  # width 4: TM 5, 10 taps
+  assert tiling(13, half_precision=False) == (1, 13, 2)  # 13 against 14
+  assert tiling(17, half_precision=False) == (1, 9, 3)  # 18 against 21; 18 rows for 17
+  assert tiling(51, half_precision=False) == (1, 13, 1)  # 52 against 56; one row (bwd_filter_cuda.cu)
+  assert tiling(21, half_precision=False) == (4, 7, 1)  # 21 against 22
+  assert tiling(31, half_precision=False) == (4, 8, 1)  # 32 either way
+  # Several rows only where the padding rows are at most an eighth of the filter's height.
+  assert tiling(9, half_precision=False, kernel_h=1) == (1, 9, 1)
+  assert tiling(9, half_precision=False, kernel_h=7) == (1, 9, 1)  # 9 rows for 7
+  assert tiling(9, half_precision=False, kernel_h=8) == (1, 9, 3)  # 9 rows for 8
+  assert tiling(13, half_precision=False, kernel_h=5) == (1, 13, 1)  # 6 rows for 5

@@ -53,11 +53,37 @@ int64_t bwd_filter_taps_computed(const DwConvParams& p, int tm) { return (p.kern
 // take it: at equal or fewer taps width 1 lost to width 8 or 4 at k = 9, 13, 21, 27,
 // 29, 31 and 51 (k = 29: 12.8 -> 17.8 ms), a lane's 2-byte load moving an eighth of
 // what a 16-byte load does; k = 17 alone won, by 10%.
+// Filter rows per thread for width 1 (fp32, stride 1, no dilation): one x load then
+// serves them all, each with its own dy load (bwd_filter_split.cuh, "Rows"), so a
+// column step costs rows + 1 loads for rows x TM FMAs instead of 2 for TM. Measured
+// on the H200 (kernel-level, fp32, ms, one row -> 2 / 3 / 4; sixteenth session):
+//   k = 9 (TM 9):    128x64x64x256 2.07 -> 2.10 / 1.56 / 2.08, 128^4 3.92 -> 4.23 /
+//                    2.98 / 4.14, 128x32x32x1024 2.38 -> 2.45 / 1.69 / 2.11;
+//   k = 17 (TM 9):   128x64x64x256 5.37 -> 4.89 / 4.26 / 5.57;
+//   k = 13 (TM 13):  128x64x64x256 3.34 -> 2.95 / 4.01 / 3.62, 128x32x32x1024 4.58 ->
+//                    3.64 / 4.45 / 3.48;
+//   k = 51 (TM 13):  128x64x64x256 46.6 -> 42.6 / 49.9 / 58.1, 128^4 86.5 -> 86.4 /
+//                    100.6 / 114.4, 128x32x32x1024 44.4 -> 50.6 / 56.0 / 62.5;
+//   k = 21 and 31 (width 4 at one row against width 1 at TM 11 and 16): 1.5-1.8x slower.
+// Rows that pass the filter's height are computed and dropped (k = 9 at 2 rows: 10),
+// and above 3 rows at TM 9 or 2 at TM 13 ptxas spills (24-100 bytes). So TM 9 takes 3
+// rows and a one-tile TM 13 row (k = 13) takes 2, where the padding rows are at most
+// an eighth of the filter's; k = 51 at 2 rows gained on one map and lost on another,
+// and stays at one.
+BwdFilterTiling with_filter_rows(const DwConvParams& p, BwdFilterTiling lane) {
+  if (p.stride_h != 1 || p.stride_w != 1 || p.dilation_h != 1 || p.dilation_w != 1) return lane;
+  const int rows = lane.tm == 9 ? 3 : lane.tm == 13 && p.kernel_w <= 13 ? 2 : 1;
+  const int64_t computed = (p.kernel_h + rows - 1) / rows * rows;
+  if (rows > 1 && 8 * computed <= 9 * p.kernel_h) lane.rows = rows;
+  return lane;
+}
+
 BwdFilterTiling bwd_filter_tiling(const DwConvParams& p, bool half_precision) {
   const BwdFilterTiling narrow{4, bwd_filter_best_tm(p, kBwdFilterTmWidth4)};
   if (!half_precision) {
     const BwdFilterTiling lane{1, bwd_filter_best_tm(p, kBwdFilterTmWidth1)};
-    return bwd_filter_taps_computed(p, lane.tm) < bwd_filter_taps_computed(p, narrow.tm) ? lane : narrow;
+    return bwd_filter_taps_computed(p, lane.tm) < bwd_filter_taps_computed(p, narrow.tm) ? with_filter_rows(p, lane)
+                                                                                          : narrow;
   }
   const BwdFilterTiling wide{8, bwd_filter_best_tm(p, kBwdFilterTmWidth8)};
   return bwd_filter_taps_computed(p, wide.tm) <= bwd_filter_taps_computed(p, narrow.tm) ? wide : narrow;

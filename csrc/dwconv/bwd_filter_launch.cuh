@@ -48,10 +48,11 @@ inline BwdFilterGrid make_bwd_filter_grid(const DwConvParams& p, const BwdFilter
   static_assert(BwdFilterTraits<4>::kSlots == BwdFilterTraits<8>::kSlots, "widths 4 and 8 have 16 slots");
   BwdFilterGrid g;
   g.kw_tiles = (p.kernel_w + tm - 1) / tm;
-  g.tiles = p.kernel_h * g.kw_tiles;
+  g.tiles = (p.kernel_h + tiling.rows - 1) / tiling.rows * g.kw_tiles;
   g.tiles_per_block = int(std::min<int64_t>(kSlots, g.tiles));
   g.lanes = kSlots / g.tiles_per_block;
-  g.rows = p.batch * p.out_h;
+  g.rows_per_image = p.out_h + tiling.rows - 1;
+  g.rows = p.batch * g.rows_per_image;
   const int64_t blocks_xy = ((g.tiles + g.tiles_per_block - 1) / g.tiles_per_block) *
                             ((p.channels + block_channels - 1) / block_channels);
   const int64_t slice_bytes = p.kernel_h * p.kernel_w * p.channels * int64_t(sizeof(float));
@@ -68,24 +69,33 @@ inline int64_t bwd_filter_splits(const BwdFilterGrid& g) {
   return (g.rows + g.rows_per_split - 1) / g.rows_per_split;
 }
 
-template <typename T, int kWidth, int kTM, int kStride, bool kVec>
+template <typename T, int kWidth, int kTM, int kStride, bool kVec, int kRows = 1>
 cudaError_t launch_bwd_filter_split(const DwConvParams& p, const BwdFilterGrid& g, const T* x, const T* dy,
                                     float* ws, cudaStream_t stream) {
   using Tr = BwdFilterTraits<kWidth>;
   const dim3 blocks(unsigned((g.tiles + g.tiles_per_block - 1) / g.tiles_per_block),
                     unsigned((p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels),
                     unsigned(bwd_filter_splits(g)));
-  dwconv_bwd_filter_split_kernel<T, kWidth, kTM, kStride, kVec>
+  dwconv_bwd_filter_split_kernel<T, kWidth, kTM, kStride, kRows, kVec>
       <<<blocks, Tr::kThreads, 0, stream>>>(x, dy, ws, p, g);
   return cudaGetLastError();
 }
 
 // A vector load needs every channel group whole (C a multiple of the width) and the
 // load's alignment; the fp32 workspace rows are stored as float4.
+// Several filter rows per thread: stride 1 only, and only the (TM, rows) pairs that
+// bwd_filter_tiling takes, 3 rows at TM 9 and 2 at TM 13.
 template <typename T, int kWidth, int kTM>
-cudaError_t launch_bwd_filter_split_tm(const DwConvParams& p, const BwdFilterGrid& g, const T* x, const T* dy,
-                                       float* ws, cudaStream_t stream) {
+cudaError_t launch_bwd_filter_split_tm(const DwConvParams& p, const BwdFilterTiling& tiling, const BwdFilterGrid& g,
+                                       const T* x, const T* dy, float* ws, cudaStream_t stream) {
   if constexpr (kWidth == 1) {  // one element per lane: no vector variant
+    constexpr int kRows = kTM == 9 ? 3 : kTM == 13 ? 2 : 1;
+    if constexpr (kRows > 1) {
+      if (tiling.rows == kRows) {
+        return launch_bwd_filter_split<T, kWidth, kTM, 1, false, kRows>(p, g, x, dy, ws, stream);
+      }
+    }
+    if (tiling.rows != 1) return cudaErrorInvalidValue;  // a tiling without a kernel instance
     return p.stride_w == 1 ? launch_bwd_filter_split<T, kWidth, kTM, 1, false>(p, g, x, dy, ws, stream)
                            : launch_bwd_filter_split<T, kWidth, kTM, 2, false>(p, g, x, dy, ws, stream);
   } else {  // (an else, so that width 1 instantiates no vector kernels it never launches)
@@ -108,23 +118,23 @@ cudaError_t launch_bwd_filter_split_tiling(const DwConvParams& p, const BwdFilte
   if constexpr (std::is_same_v<T, float>) {  // width 1 is fp32's alone (bwd_filter_tiling)
     if (tiling.width == 1) {
       switch (tiling.tm) {
-        case 9: return launch_bwd_filter_split_tm<T, 1, 9>(p, g, x, dy, ws, stream);
-        case 11: return launch_bwd_filter_split_tm<T, 1, 11>(p, g, x, dy, ws, stream);
-        case 13: return launch_bwd_filter_split_tm<T, 1, 13>(p, g, x, dy, ws, stream);
-        default: return launch_bwd_filter_split_tm<T, 1, 16>(p, g, x, dy, ws, stream);
+        case 9: return launch_bwd_filter_split_tm<T, 1, 9>(p, tiling, g, x, dy, ws, stream);
+        case 11: return launch_bwd_filter_split_tm<T, 1, 11>(p, tiling, g, x, dy, ws, stream);
+        case 13: return launch_bwd_filter_split_tm<T, 1, 13>(p, tiling, g, x, dy, ws, stream);
+        default: return launch_bwd_filter_split_tm<T, 1, 16>(p, tiling, g, x, dy, ws, stream);
       }
     }
   } else {
     if (tiling.width == 8) {
-      return tiling.tm == 3 ? launch_bwd_filter_split_tm<T, 8, 3>(p, g, x, dy, ws, stream)
-                            : launch_bwd_filter_split_tm<T, 8, 4>(p, g, x, dy, ws, stream);
+      return tiling.tm == 3 ? launch_bwd_filter_split_tm<T, 8, 3>(p, tiling, g, x, dy, ws, stream)
+                            : launch_bwd_filter_split_tm<T, 8, 4>(p, tiling, g, x, dy, ws, stream);
     }
   }
   switch (tiling.tm) {
-    case 4: return launch_bwd_filter_split_tm<T, 4, 4>(p, g, x, dy, ws, stream);
-    case 5: return launch_bwd_filter_split_tm<T, 4, 5>(p, g, x, dy, ws, stream);
-    case 7: return launch_bwd_filter_split_tm<T, 4, 7>(p, g, x, dy, ws, stream);
-    default: return launch_bwd_filter_split_tm<T, 4, 8>(p, g, x, dy, ws, stream);
+    case 4: return launch_bwd_filter_split_tm<T, 4, 4>(p, tiling, g, x, dy, ws, stream);
+    case 5: return launch_bwd_filter_split_tm<T, 4, 5>(p, tiling, g, x, dy, ws, stream);
+    case 7: return launch_bwd_filter_split_tm<T, 4, 7>(p, tiling, g, x, dy, ws, stream);
+    default: return launch_bwd_filter_split_tm<T, 4, 8>(p, tiling, g, x, dy, ws, stream);
   }
 }
 

@@ -10,11 +10,19 @@
 // of 32 channel groups x 1 slot = 32 groups x 4 slots. A channel group is kWidth
 // channels: 1 (one per lane), 4 (fp32; fp16/bf16 in 8-byte loads) or 8 (fp16/bf16
 // in 16-byte loads), so a block covers 32 or 64 channels. A slot owns a tap tile:
-// kTM consecutive taps (kh, kw0 .. kw0 + kTM - 1) of one filter row. Filters with
-// fewer tiles than slots give the spare slots other rows of the chunk ("lanes");
-// the lanes are summed through shared memory in a fixed order. Along an output row
-// a thread slides a window of kTM input columns: each ow costs one dy load and
-// kStride new x loads (kWidth channels each) for kTM * kWidth FMAs.
+// kTM consecutive taps (kw0 .. kw0 + kTM - 1) of kRows consecutive filter rows
+// (kh0 .. kh0 + kRows - 1). Filters with fewer tiles than slots give the spare slots
+// other rows of the chunk ("lanes"); the lanes are summed through shared memory in a
+// fixed order. Along a row a thread slides a window of kTM input columns: each ow
+// costs kStride new x loads and kRows dy loads (kWidth channels each) for
+// kRows * kTM * kWidth FMAs.
+//
+// Rows. With kRows = 1 the kernel walks output rows oh and reads the input row of
+// its filter row. With kRows > 1 (stride 1 and dilation 1 along H) it walks input
+// rows instead: input row ih = u - pad_top + kh0 meets filter row kh0 + r at output
+// row u - r, so one x window serves kRows filter rows, each with its own dy row, and
+// an image has out_h + kRows - 1 such rows u (the first and last kRows - 1 meet
+// fewer filter rows; the missing dy rows load as zeros).
 #pragma once
 
 #include <cstdint>
@@ -54,24 +62,27 @@ __device__ __forceinline__ void load_channels_masked(const T* p, int valid, floa
 // Problem-derived values computed once on the host.
 struct BwdFilterGrid {
   int64_t kw_tiles;        // ceil(KW / kTM)
-  int64_t tiles;           // KH * kw_tiles
+  int64_t tiles;           // ceil(KH / kRows) * kw_tiles
   int tiles_per_block;     // min(16, tiles)
   int lanes;               // 16 / tiles_per_block: rows of a chunk walked side by side
-  int64_t rows;            // N * Ho
+  int64_t rows_per_image;  // Ho + kRows - 1
+  int64_t rows;            // N * rows_per_image
   int64_t rows_per_split;  // rows of one chunk (blockIdx.z)
   bool atomic;             // merge by atomicAdd into slice 0, else store into slice z
 };
 
-// Output columns [ow_begin, ow_end) of one row into acc[t] (taps kw0 + t).
+// Output columns [ow_begin, ow_end) of one input row into acc[r][t] (filter row
+// kh0 + r, tap kw0 + t): dy_rows[r] is the dy row that meets it through filter row
+// kh0 + r, and dy_valid[r] its channels, 0 where there is none.
 //
 // Window invariant: at step k (ow = ow_begin + k), slot (kStride * k + t) % kTM holds
 // the input column of tap t. Each step loads the kStride columns that are new; with
 // the steps unrolled in chunks of kTM every slot index is a compile-time constant.
-template <typename T, int kWidth, int kTM, int kStride, bool kVec, bool kChecked>
-__device__ __forceinline__ void bwd_filter_row(float (&acc)[kTM][kWidth], const T* __restrict__ x_row,
-                                               const T* __restrict__ dy_row, int64_t first_col,
-                                               int64_t in_w, int64_t channels, int channels_valid,
-                                               int64_t ow_begin, int64_t ow_end) {
+template <typename T, int kWidth, int kTM, int kStride, int kRows, bool kVec, bool kChecked>
+__device__ __forceinline__ void bwd_filter_row(float (&acc)[kRows][kTM][kWidth], const T* __restrict__ x_row,
+                                               const T* const (&dy_rows)[kRows], const int (&dy_valid)[kRows],
+                                               int64_t first_col, int64_t in_w, int64_t channels,
+                                               int channels_valid, int64_t ow_begin, int64_t ow_end) {
   if (ow_begin >= ow_end) return;
   float win[kTM][kWidth];
   // Column indices fit in 32 bits (in_w does); one unsigned compare checks both ends.
@@ -85,7 +96,9 @@ __device__ __forceinline__ void bwd_filter_row(float (&acc)[kTM][kWidth], const 
   // TM 16 spilled 460-1112 bytes (ptxas).
   int next_col = col0 + kTM - kStride;  // the first column step 0 loads
   const T* next_x = x_row + int64_t(next_col) * channels;
-  const T* next_dy = dy_row + ow_begin * channels;
+  const T* next_dy[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) next_dy[r] = dy_rows[r] + ow_begin * channels;
   auto step = [&](int k) {  // k = (ow - ow_begin) % kTM, static
 #pragma unroll
     for (int t = kTM - kStride; t < kTM; ++t) {
@@ -94,13 +107,17 @@ __device__ __forceinline__ void bwd_filter_row(float (&acc)[kTM][kWidth], const 
     }
     next_x += kStride * channels;
     next_col += kStride;
-    float g[kWidth];
-    load_channels_masked<T, kWidth, kVec>(next_dy, channels_valid, g);
-    next_dy += channels;
 #pragma unroll
-    for (int t = 0; t < kTM; ++t)
+    for (int r = 0; r < kRows; ++r) {
+      float g[kWidth];
+      load_channels_masked<T, kWidth, kVec>(next_dy[r], dy_valid[r], g);
+      next_dy[r] += channels;
 #pragma unroll
-      for (int i = 0; i < kWidth; ++i) acc[t][i] = fmaf(win[(kStride * k + t) % kTM][i], g[i], acc[t][i]);
+      for (int t = 0; t < kTM; ++t)
+#pragma unroll
+        for (int i = 0; i < kWidth; ++i)
+          acc[r][t][i] = fmaf(win[(kStride * k + t) % kTM][i], g[i], acc[r][t][i]);
+    }
   };
 
 #pragma unroll
@@ -120,14 +137,14 @@ __device__ __forceinline__ void bwd_filter_row(float (&acc)[kTM][kWidth], const 
   });
 }
 
-template <typename T, int kWidth, int kTM, int kStride, bool kVec>
+template <typename T, int kWidth, int kTM, int kStride, int kRows, bool kVec>
 __global__ void __launch_bounds__(BwdFilterTraits<kWidth>::kThreads, 4)
 dwconv_bwd_filter_split_kernel(const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ ws,
                                DwConvParams p, BwdFilterGrid g) {
   using Tr = BwdFilterTraits<kWidth>;
   static_assert(kStride <= kTM, "the window must hold the columns one step loads");
   // Lane partials, summed by lane 0 of each tile in lane order (deterministic).
-  __shared__ float lane_sums[Tr::kSlots][Tr::kChannelGroups][kTM][kWidth];
+  __shared__ float lane_sums[Tr::kSlots][Tr::kChannelGroups][kRows][kTM][kWidth];
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int group = lane % Tr::kChannelGroups;
@@ -135,7 +152,7 @@ dwconv_bwd_filter_split_kernel(const T* __restrict__ x, const T* __restrict__ dy
   const int tile_in_block = slot % g.tiles_per_block;
   const int row_lane = slot / g.tiles_per_block;
   const int64_t tile = int64_t(blockIdx.x) * g.tiles_per_block + tile_in_block;
-  const int64_t kh = tile / g.kw_tiles;
+  const int64_t kh0 = tile / g.kw_tiles * kRows;
   const int64_t kw0 = (tile % g.kw_tiles) * kTM;
   const int64_t c0 = int64_t(blockIdx.y) * Tr::kBlockChannels + group * kWidth;
   const int64_t channels_left = p.channels - c0;
@@ -155,43 +172,57 @@ dwconv_bwd_filter_split_kernel(const T* __restrict__ x, const T* __restrict__ dy
   lo = __reduce_max_sync(0xffffffffu, lo);
   hi = max(lo, int(__reduce_min_sync(0xffffffffu, unsigned(hi))));
 
-  float acc[kTM][kWidth];
+  float acc[kRows][kTM][kWidth];
 #pragma unroll
-  for (int t = 0; t < kTM; ++t)
+  for (int r = 0; r < kRows; ++r)
 #pragma unroll
-    for (int i = 0; i < kWidth; ++i) acc[t][i] = 0.0f;
+    for (int t = 0; t < kTM; ++t)
+#pragma unroll
+      for (int i = 0; i < kWidth; ++i) acc[r][t][i] = 0.0f;
 
   const int64_t row_begin = int64_t(blockIdx.z) * g.rows_per_split;
   const int64_t row_end = min(row_begin + g.rows_per_split, g.rows);
   if (active) {
     for (int64_t row = row_begin + row_lane; row < row_end; row += g.lanes) {
-      const int64_t oh = row % p.out_h, n = row / p.out_h;
-      const int64_t ih = oh * p.stride_h - p.pad_top + kh * p.dilation_h;
+      const int64_t u = row % g.rows_per_image, n = row / g.rows_per_image;
+      const int64_t ih = u * p.stride_h - p.pad_top + kh0 * p.dilation_h;
       if (ih < 0 || ih >= p.in_h) continue;
       const T* x_row = x + (n * p.in_h + ih) * p.in_w * p.channels + c0;
-      const T* dy_row = dy + row * p.out_w * p.channels + c0;
-      bwd_filter_row<T, kWidth, kTM, kStride, kVec, true>(acc, x_row, dy_row, first_col, p.in_w, p.channels,
-                                                  channels_valid, 0, lo);
-      bwd_filter_row<T, kWidth, kTM, kStride, kVec, false>(acc, x_row, dy_row, first_col, p.in_w, p.channels,
-                                                   channels_valid, lo, hi);
-      bwd_filter_row<T, kWidth, kTM, kStride, kVec, true>(acc, x_row, dy_row, first_col, p.in_w, p.channels,
-                                                  channels_valid, hi, p.out_w);
+      const T* dy_image = dy + n * p.out_h * p.out_w * p.channels + c0;
+      const T* dy_rows[kRows];
+      int dy_valid[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {  // output row u - r; with one filter row, u itself
+        const bool meets = kRows == 1 || (u - r >= 0 && u - r < p.out_h && kh0 + r < p.kernel_h);
+        dy_rows[r] = meets ? dy_image + (u - r) * p.out_w * p.channels : dy_image;
+        dy_valid[r] = meets ? channels_valid : 0;
+      }
+      bwd_filter_row<T, kWidth, kTM, kStride, kRows, kVec, true>(acc, x_row, dy_rows, dy_valid, first_col, p.in_w,
+                                                                 p.channels, channels_valid, 0, lo);
+      bwd_filter_row<T, kWidth, kTM, kStride, kRows, kVec, false>(acc, x_row, dy_rows, dy_valid, first_col, p.in_w,
+                                                                  p.channels, channels_valid, lo, hi);
+      bwd_filter_row<T, kWidth, kTM, kStride, kRows, kVec, true>(acc, x_row, dy_rows, dy_valid, first_col, p.in_w,
+                                                                 p.channels, channels_valid, hi, p.out_w);
     }
   }
 
   if (g.lanes > 1) {
 #pragma unroll
-    for (int t = 0; t < kTM; ++t)
+    for (int r = 0; r < kRows; ++r)
 #pragma unroll
-      for (int i = 0; i < kWidth; ++i) lane_sums[slot][group][t][i] = acc[t][i];
+      for (int t = 0; t < kTM; ++t)
+#pragma unroll
+        for (int i = 0; i < kWidth; ++i) lane_sums[slot][group][r][t][i] = acc[r][t][i];
     __syncthreads();
     if (row_lane == 0) {
       for (int l = 1; l < g.lanes; ++l) {
         const int other = l * g.tiles_per_block + tile_in_block;
 #pragma unroll
-        for (int t = 0; t < kTM; ++t)
+        for (int r = 0; r < kRows; ++r)
 #pragma unroll
-          for (int i = 0; i < kWidth; ++i) acc[t][i] += lane_sums[other][group][t][i];
+          for (int t = 0; t < kTM; ++t)
+#pragma unroll
+            for (int i = 0; i < kWidth; ++i) acc[r][t][i] += lane_sums[other][group][r][t][i];
       }
     }
   }
@@ -199,23 +230,28 @@ dwconv_bwd_filter_split_kernel(const T* __restrict__ x, const T* __restrict__ dy
 
   const int64_t slice = g.atomic ? 0 : int64_t(blockIdx.z) * p.kernel_h * p.kernel_w * p.channels;
 #pragma unroll
-  for (int t = 0; t < kTM; ++t) {
-    const int64_t kw = kw0 + t;
-    if (kw >= p.kernel_w) break;
-    float* dst = ws + slice + (kh * p.kernel_w + kw) * p.channels + c0;
-    if (g.atomic) {
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t kh = kh0 + r;
+    if (kh >= p.kernel_h) break;
 #pragma unroll
-      for (int i = 0; i < kWidth; ++i)
-        if (i < channels_valid) atomicAdd(dst + i, acc[t][i]);
-    } else if constexpr (kVec && kWidth % 4 == 0) {
+    for (int t = 0; t < kTM; ++t) {
+      const int64_t kw = kw0 + t;
+      if (kw >= p.kernel_w) break;
+      float* dst = ws + slice + (kh * p.kernel_w + kw) * p.channels + c0;
+      if (g.atomic) {
 #pragma unroll
-      for (int i = 0; i < kWidth; i += 4)
-        store_global_v4(dst + i, __float_as_uint(acc[t][i]), __float_as_uint(acc[t][i + 1]),
-                        __float_as_uint(acc[t][i + 2]), __float_as_uint(acc[t][i + 3]));
-    } else {
+        for (int i = 0; i < kWidth; ++i)
+          if (i < channels_valid) atomicAdd(dst + i, acc[r][t][i]);
+      } else if constexpr (kVec && kWidth % 4 == 0) {
 #pragma unroll
-      for (int i = 0; i < kWidth; ++i)
-        if (i < channels_valid) dst[i] = acc[t][i];
+        for (int i = 0; i < kWidth; i += 4)
+          store_global_v4(dst + i, __float_as_uint(acc[r][t][i]), __float_as_uint(acc[r][t][i + 1]),
+                          __float_as_uint(acc[r][t][i + 2]), __float_as_uint(acc[r][t][i + 3]));
+      } else {
+#pragma unroll
+        for (int i = 0; i < kWidth; ++i)
+          if (i < channels_valid) dst[i] = acc[r][t][i];
+      }
     }
   }
 }

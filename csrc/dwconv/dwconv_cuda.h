@@ -36,11 +36,13 @@ template <typename T>
 cudaError_t run_dwconv_bwd_data(const DwConvParams& p, const T* dy, const T* w, T* dx,
                                 cudaStream_t stream);
 
-// The split filter-gradient kernel's tiling: channels per thread (4, or 8 for
-// fp16/bf16 in 16-byte loads) and filter taps per thread.
+// The split filter-gradient kernel's tiling: channels per thread (1 or 4 for fp32,
+// 4 or 8 for fp16/bf16), filter taps per thread, and filter rows per thread (above 1
+// only for fp32 at stride 1 and dilation 1).
 struct BwdFilterTiling {
   int width;
   int tm;
+  int rows = 1;
 };
 BwdFilterTiling bwd_filter_tiling(const DwConvParams& p, bool half_precision);
 

@@ -2,7 +2,7 @@
 // grouped by platform, with the XLA FFI API version they were compiled against, and
 // exposes the output-poisoning switch used by the tests.
 #include <nanobind/nanobind.h>
-#include <nanobind/stl/pair.h>
+#include <nanobind/stl/tuple.h>
 
 #include <type_traits>
 
@@ -131,16 +131,19 @@ NB_MODULE(_jax_flashdwc, m) {
       },
       nb::arg("batch"), nb::arg("out_h"), nb::arg("channels"), nb::arg("kernel_h"), nb::arg("kernel_w"),
       nb::arg("stride_w"), nb::arg("dilation_w"), nb::arg("deterministic"), nb::arg("half_precision"));
-  // (channels per thread, taps per thread) of the filter-gradient split kernel, for
-  // the dispatch tests.
+  // (channels per thread, taps per thread, filter rows per thread) of the
+  // filter-gradient split kernel at stride 1, for the dispatch tests; kernel_h 0 means
+  // a square filter.
   m.def(
       "cuda_bwd_filter_tiling",
-      [](int64_t kernel_w, bool half_precision) {
+      [](int64_t kernel_w, bool half_precision, int64_t kernel_h) {
         flashdwc::DwConvParams p{};
         p.kernel_w = kernel_w;
+        p.kernel_h = kernel_h > 0 ? kernel_h : kernel_w;
+        p.stride_h = p.stride_w = p.dilation_h = p.dilation_w = 1;
         const flashdwc::BwdFilterTiling t = flashdwc::bwd_filter_tiling(p, half_precision);
-        return std::make_pair(t.width, t.tm);
+        return std::make_tuple(t.width, t.tm, t.rows);
       },
-      nb::arg("kernel_w"), nb::arg("half_precision"));
+      nb::arg("kernel_w"), nb::arg("half_precision"), nb::arg("kernel_h") = 0);
 #endif
 }

@@ -1,4 +1,4 @@
-// Helpers shared by the standalone GPU checks (check_fwd_mma.cu, check_bwd_filter_mma.cu):
+// Helpers shared by the standalone GPU checks (check_fwd_mma.cu, check_bwd_filter_*.cu):
 // a CUDA-error macro that ends the check, and fp16/bf16 <-> float on the host.
 #pragma once
 

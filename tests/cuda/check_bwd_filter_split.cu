@@ -1,0 +1,129 @@
+// Standalone GPU check of the fp32 filter gradient (run_dwconv_bwd_filter<float>,
+// which takes the split kernel from KW = 9, with several filter rows per thread at
+// stride 1) against a CPU reference in double, atomic and deterministic modes. The
+// shapes cover filter heights that are not a multiple of the rows per thread,
+// asymmetric and zero padding, channel counts that are not a multiple of 4, stride 2
+// and a small tile count (several lanes per tile).
+// Build (from the repository root):
+//   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc \
+//        tests/cuda/check_bwd_filter_split.cu csrc/dwconv/bwd_filter_cuda*.cu -o check_bwd_filter_split
+// Run: ./check_bwd_filter_split
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "check_helpers.cuh"
+#include "dwconv/dwconv_cuda.h"
+
+using flashdwc::DwConvParams;
+
+struct Shape {
+  const char* name;
+  int64_t n, h, w, c, kh, kw, pad_top, pad_left, stride;
+};
+
+Shape same(const char* name, int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw) {
+  return {name, n, h, w, c, kh, kw, (kh - 1) / 2, (kw - 1) / 2, 1};
+}
+
+bool run_shape(const Shape& s, std::mt19937& rng, bool deterministic) {
+  DwConvParams p{};
+  p.batch = s.n, p.in_h = s.h, p.in_w = s.w, p.channels = s.c;
+  p.kernel_h = s.kh, p.kernel_w = s.kw, p.stride_h = p.stride_w = s.stride, p.dilation_h = p.dilation_w = 1;
+  p.pad_top = s.pad_top, p.pad_left = s.pad_left;
+  // "SAME"-style output size for the given padding on both sides.
+  p.out_h = (s.h + 2 * s.pad_top - s.kh) / s.stride + 1;
+  p.out_w = (s.w + 2 * s.pad_left - s.kw) / s.stride + 1;
+  const flashdwc::BwdFilterTiling tiling = flashdwc::bwd_filter_tiling(p, false);
+  const int64_t nx = p.batch * p.in_h * p.in_w * p.channels, ny = p.batch * p.out_h * p.out_w * p.channels;
+  const int64_t taps = p.kernel_h * p.kernel_w * p.channels;
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> hx(nx), hdy(ny);
+  for (auto& v : hx) v = u(rng);
+  for (auto& v : hdy) v = u(rng);
+  float *dx, *ddy, *ddw, *ws;
+  const int64_t ws_bytes = std::max<int64_t>(flashdwc::bwd_filter_workspace_bytes(p, deterministic, false), 4);
+  CK(cudaMalloc(&dx, nx * sizeof(float)));
+  CK(cudaMalloc(&ddy, ny * sizeof(float)));
+  CK(cudaMalloc(&ddw, taps * sizeof(float)));
+  CK(cudaMalloc(&ws, ws_bytes));
+  CK(cudaMemcpy(dx, hx.data(), nx * sizeof(float), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(ddy, hdy.data(), ny * sizeof(float), cudaMemcpyHostToDevice));
+  // NaN (0xFF bytes) in the output and workspace: an element nobody writes fails.
+  CK(cudaMemset(ddw, 0xFF, taps * sizeof(float)));
+  CK(cudaMemset(ws, 0xFF, ws_bytes));
+  CK(flashdwc::run_dwconv_bwd_filter<float>(p, dx, ddy, ddw, ws, deterministic, 0));
+  CK(cudaDeviceSynchronize());
+  std::vector<float> hdw(taps);
+  CK(cudaMemcpy(hdw.data(), ddw, taps * sizeof(float), cudaMemcpyDeviceToHost));
+  CK(cudaFree(dx));
+  CK(cudaFree(ddy));
+  CK(cudaFree(ddw));
+  CK(cudaFree(ws));
+
+  int64_t bad = 0;
+  double worst = 0;
+  for (int64_t kh = 0; kh < p.kernel_h; ++kh)
+    for (int64_t kw = 0; kw < p.kernel_w; ++kw)
+      for (int64_t c = 0; c < p.channels; ++c) {
+        double ref = 0, mag = 0;
+        for (int64_t n = 0; n < p.batch; ++n)
+          for (int64_t oh = 0; oh < p.out_h; ++oh) {
+            const int64_t ih = oh * p.stride_h - p.pad_top + kh;
+            if (ih < 0 || ih >= p.in_h) continue;
+            for (int64_t ow = 0; ow < p.out_w; ++ow) {
+              const int64_t iw = ow * p.stride_w - p.pad_left + kw;
+              if (iw < 0 || iw >= p.in_w) continue;
+              const double t = double(hdy[((n * p.out_h + oh) * p.out_w + ow) * p.channels + c]) *
+                               hx[((n * p.in_h + ih) * p.in_w + iw) * p.channels + c];
+              ref += t;
+              mag += std::fabs(t);
+            }
+          }
+        const double got = hdw[(kh * p.kernel_w + kw) * p.channels + c];
+        // fp32 FMAs in some order: a few ulps of fp32 times the magnitude.
+        const double err = std::fabs(got - ref);
+        if (!(err <= 1e-5 * mag + 1e-6)) {
+          if (bad < 5) {
+            std::printf("    mismatch kh=%lld kw=%lld c=%lld: got %g want %g\n", (long long)kh, (long long)kw,
+                        (long long)c, got, ref);
+          }
+          ++bad;
+        }
+        if (err == err && mag > 0) worst = std::max(worst, err / mag);
+      }
+  std::printf("  %-28s width %d tm %2d rows %d %-13s %s (%lld taps, %lld bad, worst err/mag %.2g)\n", s.name,
+              tiling.width, tiling.tm, tiling.rows, deterministic ? "deterministic" : "atomic",
+              bad == 0 ? "ok  " : "FAIL", (long long)taps, (long long)bad, worst);
+  return bad == 0;
+}
+
+int main() {
+  std::mt19937 rng(2718);
+  const std::vector<Shape> shapes = {
+      same("k9 W32 H20 N3 C40", 3, 20, 32, 40, 9, 9),
+      same("k13 W30 H17 N2 C37", 2, 17, 30, 37, 13, 13),
+      same("k17 W24 H19 N2 C33", 2, 19, 24, 33, 17, 17),
+      same("k21 W40 H23 N1 C36", 1, 23, 40, 36, 21, 21),
+      same("k31 W40 H35 N1 C32", 1, 35, 40, 32, 31, 31),
+      same("k51 W60 H9 N1 C12", 1, 9, 60, 12, 51, 51),
+      same("13x9 W20 H14 N2 C20", 2, 14, 20, 20, 13, 9),
+      same("10x17 W25 H6 N3 C8", 3, 6, 25, 8, 10, 17),
+      same("k9 W7 H7 N5 C64", 5, 7, 7, 64, 9, 9),
+      same("k9 W16 H2 N9 C5", 9, 2, 16, 5, 9, 9),
+      {"11x11 valid W30 H26 C16", 2, 26, 30, 16, 11, 11, 0, 0, 1},
+      {"9x13 pad 7,1 W33 H12 C8", 2, 12, 33, 8, 9, 13, 7, 1, 1},
+      {"k13 stride 2 W31 H21 C24", 2, 21, 31, 24, 13, 13, 6, 6, 2},
+  };
+  bool ok = true;
+  for (const Shape& s : shapes) {
+    for (bool deterministic : {false, true}) ok &= run_shape(s, rng, deterministic);
+  }
+  std::printf(ok ? "ALL OK\n" : "FAILURES\n");
+  return ok ? 0 : 1;
+}
