@@ -70,8 +70,9 @@ def _bwd_filter_cuda_lowering(ctx, x, dy, *, geometry, kernel_hw, deterministic)
   x_aval, dy_aval = ctx.avals_in
   workspace_bytes = _ffi.cuda_bwd_filter_workspace_bytes(
       batch=x_aval.shape[0], out_h=dy_aval.shape[1], channels=x_aval.shape[3], kernel_h=kernel_hw[0],
-      kernel_w=kernel_hw[1], stride_w=geometry.strides[1], dilation_w=geometry.dilation[1],
-      deterministic=deterministic, half_precision=x_aval.dtype != jnp.float32)
+      kernel_w=kernel_hw[1], stride_h=geometry.strides[0], stride_w=geometry.strides[1],
+      dilation_h=geometry.dilation[0], dilation_w=geometry.dilation[1], deterministic=deterministic,
+      half_precision=x_aval.dtype != jnp.float32)
   workspace = ShapedArray((max(workspace_bytes // 4, 1),), jnp.float32)
   lower = jax.ffi.ffi_lowering("flashdwc_bwd_filter")
   dw, _ = lower(ctx.replace(avals_out=[*ctx.avals_out, workspace]), x, dy,

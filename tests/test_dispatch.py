@@ -78,7 +78,8 @@ def test_half_precision_forward_goes_to_tensor_cores_from_k7():
 @pytest.mark.parametrize("half_precision", [False, True])
 def test_filter_gradient_workspace_is_whole_fp32_slices(half_precision):
   native = _ffi._jax_flashdwc
-  shape = dict(batch=8, out_h=64, channels=256, kernel_h=3, kernel_w=3, stride_w=1, dilation_w=1)
+  shape = dict(batch=8, out_h=64, channels=256, kernel_h=3, kernel_w=3, stride_h=1, stride_w=1, dilation_h=1,
+               dilation_w=1)
   slice_bytes = 3 * 3 * 256 * 4
   atomic = native.cuda_bwd_filter_workspace_bytes(**shape, deterministic=False, half_precision=half_precision)
   ordered = native.cuda_bwd_filter_workspace_bytes(**shape, deterministic=True, half_precision=half_precision)
@@ -127,8 +128,9 @@ def test_filter_gradient_dispatch_covers_every_kernel():
       assert picked != "rowstream" and (picked == "split") == (_bwd_filter_pick(native, case, half) in
                                                                 ("split", "rowstream")), case.name
     chosen.setdefault(expected, []).append(case.name)
+  # (4 row-stream cases in fp16/bf16 since k = 7 went to tensor cores; fp32 adds the k = 7 ones)
   assert (len(chosen["mma"]) >= 6 and len(chosen["split"]) >= 5 and len(chosen["direct"]) >= 3
-          and len(chosen["rowstream"]) >= 5), chosen
+          and len(chosen["rowstream"]) >= 4), chosen
 
 
 @pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")

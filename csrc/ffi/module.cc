@@ -117,20 +117,25 @@ NB_MODULE(_jax_flashdwc, m) {
   // command buffers).
   m.def(
       "cuda_bwd_filter_workspace_bytes",
-      [](int64_t batch, int64_t out_h, int64_t channels, int64_t kernel_h, int64_t kernel_w, int64_t stride_w,
-         int64_t dilation_w, bool deterministic, bool half_precision) {
+      // Everything the split kernel's grid reads: the fp32 tiling's rows per thread
+      // depend on the strides and dilations along both axes.
+      [](int64_t batch, int64_t out_h, int64_t channels, int64_t kernel_h, int64_t kernel_w, int64_t stride_h,
+         int64_t stride_w, int64_t dilation_h, int64_t dilation_w, bool deterministic, bool half_precision) {
         flashdwc::DwConvParams p{};
         p.batch = batch;
         p.out_h = out_h;
         p.channels = channels;
         p.kernel_h = kernel_h;
         p.kernel_w = kernel_w;
+        p.stride_h = stride_h;
         p.stride_w = stride_w;
+        p.dilation_h = dilation_h;
         p.dilation_w = dilation_w;
         return flashdwc::bwd_filter_workspace_bytes(p, deterministic, half_precision);
       },
       nb::arg("batch"), nb::arg("out_h"), nb::arg("channels"), nb::arg("kernel_h"), nb::arg("kernel_w"),
-      nb::arg("stride_w"), nb::arg("dilation_w"), nb::arg("deterministic"), nb::arg("half_precision"));
+      nb::arg("stride_h"), nb::arg("stride_w"), nb::arg("dilation_h"), nb::arg("dilation_w"),
+      nb::arg("deterministic"), nb::arg("half_precision"));
   // (channels per thread, taps per thread, filter rows per thread) of the
   // filter-gradient split kernel at stride 1, for the dispatch tests; kernel_h 0 means
   // a square filter.
