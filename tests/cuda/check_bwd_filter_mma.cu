@@ -74,20 +74,8 @@ bool run_shape(const Shape& s, std::mt19937& rng, int64_t slices) {
   for (int64_t kh = 0; kh < p.kernel_h; ++kh)
     for (int64_t kw = 0; kw < p.kernel_w; ++kw)
       for (int64_t c = 0; c < p.channels; ++c) {
-        double ref = 0, mag = 0;
-        for (int64_t n = 0; n < p.batch; ++n)
-          for (int64_t oh = 0; oh < p.out_h; ++oh) {
-            const int64_t ih = oh - p.pad_top + kh;
-            if (ih < 0 || ih >= p.in_h) continue;
-            for (int64_t ow = 0; ow < p.out_w; ++ow) {
-              const int64_t iw = ow - p.pad_left + kw;
-              if (iw < 0 || iw >= p.in_w) continue;
-              const double t = double(tof(hdy[((n * p.out_h + oh) * p.out_w + ow) * p.channels + c])) *
-                               tof(hx[((n * p.in_h + ih) * p.in_w + iw) * p.channels + c]);
-              ref += t;
-              mag += std::fabs(t);
-            }
-          }
+        const ReferenceSum sum = reference_filter_gradient(p, hx, hdy, kh, kw, c);
+        const double ref = sum.value, mag = sum.magnitude;
         double got = 0;
         const int64_t idx = (kh * p.kernel_w + kw) * p.channels + c;
         for (int64_t z = 0; z < nslices; ++z) got += hws[z * taps + idx];

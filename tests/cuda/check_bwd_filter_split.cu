@@ -71,20 +71,8 @@ bool run_shape(const Shape& s, std::mt19937& rng, bool deterministic) {
   for (int64_t kh = 0; kh < p.kernel_h; ++kh)
     for (int64_t kw = 0; kw < p.kernel_w; ++kw)
       for (int64_t c = 0; c < p.channels; ++c) {
-        double ref = 0, mag = 0;
-        for (int64_t n = 0; n < p.batch; ++n)
-          for (int64_t oh = 0; oh < p.out_h; ++oh) {
-            const int64_t ih = oh * p.stride_h - p.pad_top + kh;
-            if (ih < 0 || ih >= p.in_h) continue;
-            for (int64_t ow = 0; ow < p.out_w; ++ow) {
-              const int64_t iw = ow * p.stride_w - p.pad_left + kw;
-              if (iw < 0 || iw >= p.in_w) continue;
-              const double t = double(hdy[((n * p.out_h + oh) * p.out_w + ow) * p.channels + c]) *
-                               hx[((n * p.in_h + ih) * p.in_w + iw) * p.channels + c];
-              ref += t;
-              mag += std::fabs(t);
-            }
-          }
+        const ReferenceSum sum = reference_filter_gradient(p, hx, hdy, kh, kw, c);
+        const double ref = sum.value, mag = sum.magnitude;
         const double got = hdw[(kh * p.kernel_w + kw) * p.channels + c];
         // fp32 FMAs in some order: a few ulps of fp32 times the magnitude.
         const double err = std::fabs(got - ref);

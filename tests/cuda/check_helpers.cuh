@@ -1,13 +1,19 @@
 // Helpers shared by the standalone GPU checks (check_fwd_mma.cu, check_bwd_filter_*.cu):
-// a CUDA-error macro that ends the check, and fp16/bf16 <-> float on the host.
+// a CUDA-error macro that ends the check, fp16/bf16 <-> float on the host, and the
+// filter gradient's reference sum.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
+
+#include "dwconv/params.h"
 
 #define CK(x)                                                                                 \
   do {                                                                                        \
@@ -24,3 +30,32 @@ template <> inline float tof<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat16
 template <typename T> T fromf(float v);
 template <> inline __half fromf<__half>(float v) { return __float2half_rn(v); }
 template <> inline __nv_bfloat16 fromf<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+inline float to_host_float(float v) { return v; }
+inline float to_host_float(__half v) { return tof(v); }
+inline float to_host_float(__nv_bfloat16 v) { return tof(v); }
+
+// dw[kh, kw, c] summed in double over the batch and the output from host copies of x
+// and dy (NHWC), and the sum of the terms' magnitudes, which scales the tolerance.
+struct ReferenceSum {
+  double value = 0, magnitude = 0;
+};
+template <typename T>
+ReferenceSum reference_filter_gradient(const flashdwc::DwConvParams& p, const std::vector<T>& x,
+                                       const std::vector<T>& dy, int64_t kh, int64_t kw, int64_t c) {
+  ReferenceSum sum;
+  for (int64_t n = 0; n < p.batch; ++n)
+    for (int64_t oh = 0; oh < p.out_h; ++oh) {
+      const int64_t ih = oh * p.stride_h - p.pad_top + kh * p.dilation_h;
+      if (ih < 0 || ih >= p.in_h) continue;
+      for (int64_t ow = 0; ow < p.out_w; ++ow) {
+        const int64_t iw = ow * p.stride_w - p.pad_left + kw * p.dilation_w;
+        if (iw < 0 || iw >= p.in_w) continue;
+        const double t = double(to_host_float(dy[((n * p.out_h + oh) * p.out_w + ow) * p.channels + c])) *
+                         to_host_float(x[((n * p.in_h + ih) * p.in_w + iw) * p.channels + c]);
+        sum.value += t;
+        sum.magnitude += std::fabs(t);
+      }
+    }
+  return sum;
+}
