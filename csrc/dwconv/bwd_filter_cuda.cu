@@ -72,7 +72,7 @@ int64_t bwd_filter_taps_computed(const DwConvParams& p, int tm) { return (p.kern
 // and stays at one.
 BwdFilterTiling with_filter_rows(const DwConvParams& p, BwdFilterTiling lane) {
   if (p.stride_h != 1 || p.stride_w != 1 || p.dilation_h != 1 || p.dilation_w != 1) return lane;
-  const int rows = lane.tm == 9 ? 3 : lane.tm == 13 && p.kernel_w <= 13 ? 2 : 1;
+  const int rows = lane.tm == 13 && p.kernel_w > 13 ? 1 : bwd_filter_width1_rows(lane.tm);
   const int64_t computed = (p.kernel_h + rows - 1) / rows * rows;
   if (rows > 1 && 8 * computed <= 9 * p.kernel_h) lane.rows = rows;
   return lane;

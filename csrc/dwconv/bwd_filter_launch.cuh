@@ -84,12 +84,12 @@ cudaError_t launch_bwd_filter_split(const DwConvParams& p, const BwdFilterGrid& 
 // A vector load needs every channel group whole (C a multiple of the width) and the
 // load's alignment; the fp32 workspace rows are stored as float4.
 // Several filter rows per thread: stride 1 only, and only the (TM, rows) pairs that
-// bwd_filter_tiling takes, 3 rows at TM 9 and 2 at TM 13.
+// bwd_filter_tiling takes (bwd_filter_width1_rows).
 template <typename T, int kWidth, int kTM>
 cudaError_t launch_bwd_filter_split_tm(const DwConvParams& p, const BwdFilterTiling& tiling, const BwdFilterGrid& g,
                                        const T* x, const T* dy, float* ws, cudaStream_t stream) {
   if constexpr (kWidth == 1) {  // one element per lane: no vector variant
-    constexpr int kRows = kTM == 9 ? 3 : kTM == 13 ? 2 : 1;
+    constexpr int kRows = bwd_filter_width1_rows(kTM);
     if constexpr (kRows > 1) {
       if (tiling.rows == kRows) {
         return launch_bwd_filter_split<T, kWidth, kTM, 1, false, kRows>(p, g, x, dy, ws, stream);
