@@ -66,25 +66,9 @@ bool run_shape(const Shape& s, std::mt19937& rng, bool deterministic) {
   CK(cudaFree(ddw));
   CK(cudaFree(ws));
 
-  int64_t bad = 0;
-  double worst = 0;
-  for (int64_t kh = 0; kh < p.kernel_h; ++kh)
-    for (int64_t kw = 0; kw < p.kernel_w; ++kw)
-      for (int64_t c = 0; c < p.channels; ++c) {
-        const ReferenceSum sum = reference_filter_gradient(p, hx, hdy, kh, kw, c);
-        const double ref = sum.value, mag = sum.magnitude;
-        const double got = hdw[(kh * p.kernel_w + kw) * p.channels + c];
-        // fp32 FMAs in some order: a few ulps of fp32 times the magnitude.
-        const double err = std::fabs(got - ref);
-        if (!(err <= 1e-5 * mag + 1e-6)) {
-          if (bad < 5) {
-            std::printf("    mismatch kh=%lld kw=%lld c=%lld: got %g want %g\n", (long long)kh, (long long)kw,
-                        (long long)c, got, ref);
-          }
-          ++bad;
-        }
-        if (err == err && mag > 0) worst = std::max(worst, err / mag);
-      }
+  const FilterGradientErrors e = compare_filter_gradient(p, hx, hdy, [&](int64_t i) { return double(hdw[i]); });
+  const int64_t bad = e.bad;
+  const double worst = e.worst;
   std::printf("  %-28s width %d tm %2d rows %d %-13s %s (%lld taps, %lld bad, worst err/mag %.2g)\n", s.name,
               tiling.width, tiling.tm, tiling.rows, deterministic ? "deterministic" : "atomic",
               bad == 0 ? "ok  " : "FAIL", (long long)taps, (long long)bad, worst);
