@@ -73,22 +73,15 @@ dwconv_bwd_filter_gemv_kernel(const T* __restrict__ x, const T* __restrict__ dy,
   const int64_t kw0 = (in_group / kRowsPerWarp) * kTM;
   const int64_t base_iw = kw0 - q.pad_left;
   const int taps_w = int(q.kernel_w);  // Wo
-  // Tap ow reads input columns base_iw + ow + t, t < kTM. Taps [tap_begin, tap_end)
-  // reach the image for some t, taps [inside_begin, inside_end) for every t. Unlike
-  // the forward's filters, a dy row is about as wide as the image, so no warp is
-  // inside for all its taps; the three ranges run separately, and only the two ends
-  // (up to the padding wide) take the bounds checks. The 4 rows of a warp share
-  // their columns, so the ranges are warp-uniform (the reductions cover idle lanes).
+  const bool interior =
+      __all_sync(0xffffffffu, !active || (base_iw >= 0 && base_iw + taps_w - 1 + (kTM - 1) < q.in_w));
   const int64_t first_useful = -base_iw - (kTM - 1);
   const int64_t past_useful = q.in_w - base_iw;
-  auto clamp_tap = [&](int64_t v) { return v <= 0 ? 0 : v >= taps_w ? taps_w : int(v); };
-  int tap_begin = clamp_tap(first_useful), tap_end = clamp_tap(past_useful);
-  int inside_begin = clamp_tap(-base_iw), inside_end = clamp_tap(q.in_w - base_iw - (kTM - 1));
-  if (!active) tap_begin = taps_w, tap_end = 0, inside_begin = 0, inside_end = taps_w;  // neutral in the reductions
+  int tap_begin = first_useful <= 0 ? 0 : first_useful >= taps_w ? taps_w : int(first_useful);
+  int tap_end = past_useful <= tap_begin ? tap_begin : past_useful >= taps_w ? taps_w : int(past_useful);
+  if (!active) tap_begin = taps_w, tap_end = 0;
   tap_begin = int(__reduce_min_sync(0xffffffffu, unsigned(tap_begin)));
   tap_end = max(tap_begin, int(__reduce_max_sync(0xffffffffu, unsigned(tap_end))));
-  inside_begin = min(max(int(__reduce_max_sync(0xffffffffu, unsigned(inside_begin))), tap_begin), tap_end);
-  inside_end = min(max(int(__reduce_min_sync(0xffffffffu, unsigned(inside_end))), inside_begin), tap_end);
   const ChannelAffine<kWidth> no_prologue{};
 
   float acc[kTM][kWidth];
@@ -136,17 +129,12 @@ dwconv_bwd_filter_gemv_kernel(const T* __restrict__ x, const T* __restrict__ dy,
       if (!active || ih < 0 || ih >= q.in_h) continue;
       const T* x_row = x + (n * q.in_h + ih) * q.in_w * q.channels + c0;
       const T* w_row = stage_smem(stage) + (oh - stage_first(stage)) * row_elems + group * kWidth;
-      if (tap_begin < inside_begin) {
+      if (interior) {
+        gemv_row<T, kTM, 1, kVec, false, false>(acc, x_row, w_row, base_iw, q.in_w, q.channels, channels_valid, 0,
+                                                taps_w, no_prologue);
+      } else {
         gemv_row<T, kTM, 1, kVec, true, false>(acc, x_row, w_row, base_iw, q.in_w, q.channels, channels_valid,
-                                               tap_begin, inside_begin, no_prologue);
-      }
-      if (inside_begin < inside_end) {
-        gemv_row<T, kTM, 1, kVec, false, false>(acc, x_row, w_row, base_iw, q.in_w, q.channels, channels_valid,
-                                                inside_begin, inside_end, no_prologue);
-      }
-      if (inside_end < tap_end) {
-        gemv_row<T, kTM, 1, kVec, true, false>(acc, x_row, w_row, base_iw, q.in_w, q.channels, channels_valid,
-                                               inside_end, tap_end, no_prologue);
+                                               tap_begin, tap_end, no_prologue);
       }
     }
     // The next stage's copies overwrite the buffer this one read.
