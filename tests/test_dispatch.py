@@ -102,7 +102,7 @@ def _bwd_filter_pick(native, case, half_precision, deterministic=False):
 def test_filter_gradient_dispatch_covers_every_kernel():
   _skip_without_gpu()
   native = _ffi._jax_flashdwc
-  chosen = {}
+  chosen, chosen_fp32 = {}, set()
   for case in TEST_CASES:
     sh, sw = pair(case.strides)
     dh, dw = pair(case.dilation)
@@ -119,9 +119,16 @@ def test_filter_gradient_dispatch_covers_every_kernel():
     else:
       expected = "split"
     assert _bwd_filter_pick(native, case, half_precision=True) == expected, case.name
-    # fp32 never takes tensor cores; its row-stream copies are 4 channels wide.
-    expected_fp32 = "rowstream" if rowstream and case.c % 32 == 0 else "split" if expected != "direct" else "direct"
+    # fp32 never takes tensor cores; its row-stream copies are 4 channels wide, and from
+    # 31 taps across at stride 1 it runs the forward loop over dy (bwd_filter_gemv.cuh).
+    if unit and case.kw >= 31:
+      expected_fp32 = "gemv"
+    elif rowstream and case.c % 32 == 0:
+      expected_fp32 = "rowstream"
+    else:
+      expected_fp32 = "split" if expected != "direct" else "direct"
     assert _bwd_filter_pick(native, case, half_precision=False) == expected_fp32, case.name
+    chosen_fp32.add(expected_fp32)
     # Deterministic mode has no row-stream kernel (its merge is atomic).
     for half in (True, False):
       picked = _bwd_filter_pick(native, case, half_precision=half, deterministic=True)
@@ -131,6 +138,7 @@ def test_filter_gradient_dispatch_covers_every_kernel():
   # (4 row-stream cases in fp16/bf16 since k = 7 went to tensor cores; fp32 adds the k = 7 ones)
   assert (len(chosen["mma"]) >= 6 and len(chosen["split"]) >= 5 and len(chosen["direct"]) >= 3
           and len(chosen["rowstream"]) >= 4), chosen
+  assert chosen_fp32 == {"gemv", "rowstream", "split", "direct"}, chosen_fp32
 
 
 @pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
@@ -152,7 +160,7 @@ def test_filter_gradient_tensor_core_bounds():
   assert convnext == ["mma", "mma", "mma", "split"]  # ConvNeXt-T's four stages
   assert pick(5, 128) == "rowstream" and pick(3, 128) == "rowstream"
   assert pick(7, 128, half_precision=False) == "rowstream"
-  assert pick(31, 128, half_precision=False) == "split"
+  assert pick(31, 128, half_precision=False) == "gemv" and pick(21, 128, half_precision=False) == "split"
 
 
 @pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")

@@ -137,8 +137,21 @@ bool bwd_filter_rowstream_applies(const DwConvParams& p, bool half_precision) {
          p.channels % block_channels == 0 && channel_blocks <= 65535 && most_blocks <= INT32_MAX;
 }
 
+// fp32 at stride 1 takes the forward-as-filter-gradient kernel (bwd_filter_gemv.cuh)
+// from 31 taps across. Kernel-level A/B on the H200 (sixteenth session, ms, split with
+// filter rows -> gemv): k = 31 128x64x64x256 10.87 -> 8.88, 128^4 19.23 -> 18.71,
+// 128x32x32x1024 12.67 -> 8.41; k = 51 47.26 -> 22.67, 85.94 -> 51.27, 44.70 -> 20.33.
+// Below, its KH x KW outputs fill too few of the 8-wide thread tiles and 4-row warps,
+// and the split kernel's rows per thread win: k = 21 4.99 -> 6.27, k = 17 4.26 -> 5.21
+// (128x64x64x256) and 5.24 -> 5.67 (128x32x32x1024), k = 9 1.57 -> 2.46, 2.97 -> 5.73,
+// 1.69 -> 2.52; k = 13 gained on 128x64x64x256 alone (2.95 -> 2.71).
+constexpr int64_t kBwdFilterGemvMinTaps = 31;
+
 BwdFilterKernel select_bwd_filter_kernel(const DwConvParams& p, bool half_precision, bool deterministic) {
   if (!bwd_filter_split_applies(p)) return BwdFilterKernel::kDirect;
+  if (!half_precision && p.kernel_w >= kBwdFilterGemvMinTaps && bwd_filter_gemv_applies(p)) {
+    return BwdFilterKernel::kGemv;
+  }
   const bool mma = half_precision && bwd_filter_mma_wins(p) && bwd_filter_mma_applies(p);
   if (mma && p.kernel_w < kBwdFilterMmaMinTaps) return BwdFilterKernel::kMma;  // ahead of the row-stream kernel
   if (!deterministic && bwd_filter_rowstream_applies(p, half_precision)) return BwdFilterKernel::kRowStream;

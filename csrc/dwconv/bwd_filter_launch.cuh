@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "dwconv/bwd_filter_gemv.cuh"
 #include "dwconv/bwd_filter_mma.h"
 #include "dwconv/bwd_filter_rowstream.cuh"
 #include "dwconv/bwd_filter_split.cuh"
@@ -138,6 +139,62 @@ cudaError_t launch_bwd_filter_split_tiling(const DwConvParams& p, const BwdFilte
   }
 }
 
+// The fp32 filter gradient through the forward GEMV loop (bwd_filter_gemv.cuh): the
+// forward's fp32 TM at stride 1, and its stage size and widest filter row (dwconv_cuda.cu).
+inline constexpr int kBwdFilterGemvTM = 8;
+inline constexpr int64_t kBwdFilterGemvStageBytes = 16 * 1024;
+inline constexpr int64_t kBwdFilterGemvMaxOutW = 512;
+
+inline bool bwd_filter_gemv_applies(const DwConvParams& p) {
+  using Tr = GemvFwdTraits<float>;
+  if (p.stride_h != 1 || p.stride_w != 1 || p.dilation_h != 1 || p.dilation_w != 1) return false;
+  if (p.out_w <= 0 || p.out_w > kBwdFilterGemvMaxOutW) return false;
+  const int64_t segments = (p.kernel_h + Tr::kRowsPerWarp - 1) / Tr::kRowsPerWarp * Tr::kRowsPerWarp *
+                           ((p.kernel_w + kBwdFilterGemvTM - 1) / kBwdFilterGemvTM);
+  const int64_t row_bytes = p.out_w * Tr::kBlockChannels * int64_t(sizeof(float));
+  return (p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels <= 65535 &&
+         (segments + Tr::kSegments - 1) / Tr::kSegments <= INT32_MAX && 2 * row_bytes <= max_smem_per_block();
+}
+
+// Chunks of images (grid.z): enough blocks for kBwdFilterTargetBlocks, or in
+// deterministic mode exactly `deterministic_slices`, the split grid's count the
+// workspace was sized for (chunks past the last image store zeros).
+inline BwdFilterGemvGrid make_bwd_filter_gemv_grid(const DwConvParams& p, int64_t deterministic_slices) {
+  using Tr = GemvFwdTraits<float>;
+  BwdFilterGemvGrid g;
+  g.segments_per_row = (p.kernel_w + kBwdFilterGemvTM - 1) / kBwdFilterGemvTM;
+  g.segments = (p.kernel_h + Tr::kRowsPerWarp - 1) / Tr::kRowsPerWarp * Tr::kRowsPerWarp * g.segments_per_row;
+  const int64_t row_bytes = p.out_w * Tr::kBlockChannels * int64_t(sizeof(float));
+  // (An empty batch or dy runs no stage: every block stores or adds zeros.)
+  g.rows_per_stage = std::max<int64_t>(std::min(kBwdFilterGemvStageBytes / row_bytes, p.out_h), 1);
+  g.stages_per_image = (p.out_h + g.rows_per_stage - 1) / g.rows_per_stage;
+  const int64_t blocks_xy = (g.segments + Tr::kSegments - 1) / Tr::kSegments *
+                            ((p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels);
+  const int64_t chunks = deterministic_slices > 0
+                             ? deterministic_slices
+                             : std::max<int64_t>(std::min<int64_t>({(kBwdFilterTargetBlocks + blocks_xy - 1) /
+                                                                        blocks_xy, p.batch, 65535}), 1);
+  g.images_per_chunk = std::max<int64_t>((p.batch + chunks - 1) / chunks, 1);
+  g.atomic = deterministic_slices == 0;
+  return g;
+}
+
+template <bool kVec>
+cudaError_t launch_bwd_filter_gemv(const DwConvParams& p, const float* x, const float* dy, float* ws,
+                                   int64_t deterministic_slices, cudaStream_t stream) {
+  using Tr = GemvFwdTraits<float>;
+  const BwdFilterGemvGrid g = make_bwd_filter_gemv_grid(p, deterministic_slices);
+  const int64_t chunks =
+      g.atomic ? std::max<int64_t>((p.batch + g.images_per_chunk - 1) / g.images_per_chunk, 1) : deterministic_slices;
+  const size_t smem = 2 * size_t(g.rows_per_stage * p.out_w * Tr::kBlockChannels) * sizeof(float);
+  auto kernel = dwconv_bwd_filter_gemv_kernel<float, kBwdFilterGemvTM, kVec>;
+  if (cudaError_t err = allow_dynamic_smem(kernel, smem); err != cudaSuccess) return err;
+  const dim3 blocks(unsigned((g.segments + Tr::kSegments - 1) / Tr::kSegments),
+                    unsigned((p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels), unsigned(chunks));
+  kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, dy, ws, bwd_filter_as_fwd(p), g);
+  return cudaGetLastError();
+}
+
 // Row-stream blocks: strips of 64 output columns, or 32 where the output is at most
 // 32 wide (so that a narrow map does not leave half of every strip idle), in runs of
 // at least 16 output rows (the KH - 1 halo rows a block copies twice stay a small
@@ -208,6 +265,13 @@ cudaError_t run_dwconv_bwd_filter(const DwConvParams& p, const T* x, const T* dy
   if (kernel == BwdFilterKernel::kMma) {
     if constexpr (!std::is_same_v<T, float>) {
       err = launch_bwd_filter_mma<T>(p, x, dy, workspace, g.atomic ? 0 : slices, stream);
+    }
+  } else if (kernel == BwdFilterKernel::kGemv) {
+    if constexpr (std::is_same_v<T, float>) {
+      const int64_t deterministic_slices = g.atomic ? 0 : slices;
+      err = p.channels % 4 == 0 && aligned(x, 16) && aligned(dy, 16)
+                ? launch_bwd_filter_gemv<true>(p, x, dy, workspace, deterministic_slices, stream)
+                : launch_bwd_filter_gemv<false>(p, x, dy, workspace, deterministic_slices, stream);
     }
   } else if (kernel == BwdFilterKernel::kRowStream) {  // atomic mode only: one slice
     err = p.out_w <= kBwdFilterRowStreamNarrowStrip

@@ -105,6 +105,7 @@ NB_MODULE(_jax_flashdwc, m) {
           case flashdwc::BwdFilterKernel::kMma: return "mma";
           case flashdwc::BwdFilterKernel::kRowStream: return "rowstream";
           case flashdwc::BwdFilterKernel::kSplit: return "split";
+          case flashdwc::BwdFilterKernel::kGemv: return "gemv";
           case flashdwc::BwdFilterKernel::kDirect: return "direct";
         }
         return "direct";

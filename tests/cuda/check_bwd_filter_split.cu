@@ -1,6 +1,7 @@
-// Standalone GPU check of the fp32 filter gradient (run_dwconv_bwd_filter<float>,
-// which takes the split kernel from KW = 9, with several filter rows per thread at
-// stride 1) against a CPU reference in double, atomic and deterministic modes. The
+// Standalone GPU check of the fp32 filter gradient (run_dwconv_bwd_filter<float>:
+// from KW = 9 the forward-as-filter-gradient kernel at stride 1, the split kernel,
+// with several filter rows per thread, otherwise) against a CPU reference in double,
+// atomic and deterministic modes. The
 // shapes cover filter heights that are not a multiple of the rows per thread,
 // asymmetric and zero padding, channel counts that are not a multiple of 4, stride 2
 // and a small tile count (several lanes per tile).
@@ -40,6 +41,10 @@ bool run_shape(const Shape& s, std::mt19937& rng, bool deterministic) {
   p.out_h = (s.h + 2 * s.pad_top - s.kh) / s.stride + 1;
   p.out_w = (s.w + 2 * s.pad_left - s.kw) / s.stride + 1;
   const flashdwc::BwdFilterTiling tiling = flashdwc::bwd_filter_tiling(p, false);
+  const flashdwc::BwdFilterKernel kernel = flashdwc::select_bwd_filter_kernel(p, false, deterministic);
+  const char* kernel_name = kernel == flashdwc::BwdFilterKernel::kGemv    ? "gemv"
+                            : kernel == flashdwc::BwdFilterKernel::kSplit ? "split"
+                                                                          : "other";
   const int64_t nx = p.batch * p.in_h * p.in_w * p.channels, ny = p.batch * p.out_h * p.out_w * p.channels;
   const int64_t taps = p.kernel_h * p.kernel_w * p.channels;
   std::uniform_real_distribution<float> u(-1.f, 1.f);
@@ -69,8 +74,8 @@ bool run_shape(const Shape& s, std::mt19937& rng, bool deterministic) {
   const FilterGradientErrors e = compare_filter_gradient(p, hx, hdy, [&](int64_t i) { return double(hdw[i]); });
   const int64_t bad = e.bad;
   const double worst = e.worst;
-  std::printf("  %-28s width %d tm %2d rows %d %-13s %s (%lld taps, %lld bad, worst err/mag %.2g)\n", s.name,
-              tiling.width, tiling.tm, tiling.rows, deterministic ? "deterministic" : "atomic",
+  std::printf("  %-28s %-5s width %d tm %2d rows %d %-13s %s (%lld taps, %lld bad, worst err/mag %.2g)\n", s.name,
+              kernel_name, tiling.width, tiling.tm, tiling.rows, deterministic ? "deterministic" : "atomic",
               bad == 0 ? "ok  " : "FAIL", (long long)taps, (long long)bad, worst);
   return bad == 0;
 }
@@ -91,6 +96,9 @@ int main() {
       {"11x11 valid W30 H26 C16", 2, 26, 30, 16, 11, 11, 0, 0, 1},
       {"9x13 pad 7,1 W33 H12 C8", 2, 12, 33, 8, 9, 13, 7, 1, 1},
       {"k13 stride 2 W31 H21 C24", 2, 21, 31, 24, 13, 13, 6, 6, 2},
+      same("k9 W140 H6 N3 C36 (wide dy rows)", 3, 6, 140, 36, 9, 9),
+      same("k31 W12 H40 N7 C8 (pad > W)", 7, 40, 12, 8, 31, 31),
+      same("k11 W24 H24 N37 C4 (chunks)", 37, 24, 24, 4, 11, 11),
   };
   bool ok = true;
   for (const Shape& s : shapes) {
