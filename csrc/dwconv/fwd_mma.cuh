@@ -514,7 +514,7 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
         // one copy, the high half of word (h - 1) / 2 and the low half of the next.
         const int h = lc.h0 + Tr::kFrag * f;
         const int b_off = (h >> 1) + (kOneCopy ? 0 : (h & 1) * (wp / 2));
-        const uint32_t b_select = (h & 1) ? 0x5432u : 0x3210u;
+        const uint32_t b_select = kOneCopy && (h & 1) ? 0x5432u : 0x3210u;  // (unused with two copies)
         auto run = [&](auto odd) {
 #pragma unroll
           for (int cc = 0; cc < Tr::kWarpChannels; ++cc) {
