@@ -455,8 +455,8 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
   const int row_w = g.tile_cols / 2;
   const int plane_w = g.x_plane / 2;
   const int wp = g.filter_row;
-  constexpr int kCopies = kOneCopy ? 1 : 2;
-  const int filter_stride_w = Tr::kBlockChannels * kCopies * wp / 2;  // words per chunk row: 16 channels x copies
+  // Words per chunk row: 16 channels x copies x wp / 2.
+  const int filter_stride_w = kOneCopy ? Tr::kBlockChannels * (wp / 2) : Tr::kBlockChannels * wp;
 
   BlockState* state = reinterpret_cast<BlockState*>(smem_raw + g.meta_offset);
   if (threadIdx.x == 0) {
@@ -520,7 +520,8 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
           for (int cc = 0; cc < Tr::kWarpChannels; ++cc) {
             const int ch = lc.warp * Tr::kWarpChannels + cc;
             const uint32_t* xc = xs + ch * plane_w;
-            const uint32_t* fb = reinterpret_cast<const uint32_t*>(fs) + ch * kCopies * wp / 2 + b_off;  // chunk row 0
+            const uint32_t* fb =
+                reinterpret_cast<const uint32_t*>(fs) + ch * (kOneCopy ? wp / 2 : wp) + b_off;  // chunk row 0
             if (steps == Tr::kChunk) {
               mma_chunk<T, odd.value, Tr::kChunk, kNarrow, kOneCopy>(acc[cc], xc + a_off, xc + wrap_off, row_w,
                                                                      g.tile_rows * row_w, g.hi_word, fb,
