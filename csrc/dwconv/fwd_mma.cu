@@ -22,7 +22,9 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // split: images side by side in a strip (fwd_mma.cuh, "Narrow maps"): 1, 2 or 4.
 // tiles_per_block: output tiles a block computes down the image; above 1 only for
 // KH <= 9 (fwd_mma.cuh, the output tile's slots).
-MmaFwdGrid make_mma_fwd_grid(const DwConvParams& p, int split, int tiles_per_block) {
+// filter_copies: 2, or 1 where the second copy alone keeps a second block off the
+// SM (choose_mma_fwd_grid).
+MmaFwdGrid make_mma_fwd_grid(const DwConvParams& p, int split, int tiles_per_block, int filter_copies = 2) {
   using Tr = MmaFwdTraits;
   MmaFwdGrid g;
   g.frags = int(ceil_div(p.kernel_w, Tr::kFrag));
@@ -51,8 +53,9 @@ MmaFwdGrid make_mma_fwd_grid(const DwConvParams& p, int split, int tiles_per_blo
   // pair and one A-ring fill per tile instead of two.
   g.filter_rows = int(std::min<int64_t>(p.kernel_h, g.tile_rows == Tr::kTallRingRows ? Tr::kTallChunk : Tr::kChunk));
   g.x_bytes = Tr::kBlockChannels * g.x_plane * 2;
-  // Filter stage: filter_rows x 16 channels x 2 copies x filter_row elements (a multiple of 8 bytes).
-  g.meta_offset = g.x_bytes + g.filter_rows * Tr::kBlockChannels * 2 * g.filter_row * 2;
+  // Filter stage: filter_rows x 16 channels x copies x filter_row elements (a multiple of 4 bytes).
+  g.filter_copies = filter_copies;
+  g.meta_offset = g.x_bytes + g.filter_rows * Tr::kBlockChannels * filter_copies * g.filter_row * 2;
   // Truncation is harmless: fwd_mma_supports rejects sizes that do not fit.
   g.tiles_w = uint32_t(ceil_div(p.out_w, Tr::kStripW));
   g.tiles_h = uint32_t(ceil_div(p.out_h, Tr::kRows));
@@ -92,6 +95,14 @@ MmaFwdGrid choose_mma_fwd_grid(const DwConvParams& p, int tiles_per_block) {
       break;
     }
   }
+  // One filter copy where that lets a second block onto the SM: the kernel is then
+  // latency-bound at 8 warps (bf16 k = 31 on 128x64x64x256: 123 KB a block, 12.5%
+  // occupancy, SM 35% busy; docs/perf-notes.md, sixteenth session), and a pair at
+  // an odd tap costs one more shared load and a byte permute per B register.
+  const MmaFwdGrid one_copy = make_mma_fwd_grid(p, g.split, 1, 1);
+  if (resident_blocks(d, mma_fwd_smem_bytes(g)) == 1 && resident_blocks(d, mma_fwd_smem_bytes(one_copy)) == 2) {
+    return one_copy;
+  }
   if (p.kernel_h > MmaFwdTraits::kTallChunk || g.tiles_h < 2) return g;
   if (tiles_per_block > 0) return make_mma_fwd_grid(p, g.split, tiles_per_block);
   const int resident = resident_blocks(d, mma_fwd_smem_bytes(g));
@@ -115,8 +126,11 @@ cudaError_t launch(const DwConvParams& p, const MmaFwdGrid& g, const T* x, const
                    cudaStream_t stream, const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
   using Tr = MmaFwdTraits;
   const size_t smem = mma_fwd_smem_bytes(g);
-  auto kernel = g.split > 1 ? mma_fwd::dwconv_fwd_mma_kernel<T, kVec, kPrologue, true>
-                            : mma_fwd::dwconv_fwd_mma_kernel<T, kVec, kPrologue, false>;
+  const bool one_copy = g.filter_copies == 1;
+  auto kernel = g.split > 1 ? (one_copy ? mma_fwd::dwconv_fwd_mma_kernel<T, kVec, kPrologue, true, true>
+                                        : mma_fwd::dwconv_fwd_mma_kernel<T, kVec, kPrologue, true, false>)
+                            : (one_copy ? mma_fwd::dwconv_fwd_mma_kernel<T, kVec, kPrologue, false, true>
+                                        : mma_fwd::dwconv_fwd_mma_kernel<T, kVec, kPrologue, false, false>);
   if (cudaError_t err = allow_dynamic_smem(kernel, size_t(smem)); err != cudaSuccess) return err;
   const dim3 blocks(unsigned(ceil_div(p.batch, g.split) * g.tile_blocks_h * g.tiles_w),
                     unsigned(ceil_div(p.channels, Tr::kBlockChannels)));

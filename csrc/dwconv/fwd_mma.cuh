@@ -31,7 +31,10 @@
 //   filter: [chunk row][channel 16][copy 2][WP], WP = 9F + 16 rounded up to
 //           even, element kFilterPad + k = tap k, zero outside [0, KW); copy 1
 //           is copy 0 shifted by one element so that every (even or odd) pair
-//           of adjacent taps is one aligned 32-bit load.
+//           of adjacent taps is one aligned 32-bit load. Where the second copy
+//           alone keeps a second block off the SM (MmaFwdGrid::filter_copies),
+//           there is one copy, and a pair starting at an odd tap is two words
+//           and a byte permute, as the A pairs of odd fragments are.
 // Every shared-memory element an MMA reads has been staged (zeros included):
 // B's zero entries multiply real inputs, and 0 * NaN garbage would be NaN.
 // For the same reason an Inf or NaN in x spreads to outputs up to 15 columns
@@ -121,6 +124,7 @@ struct MmaFwdGrid {
   int sub_pairs;     // 32-bit words per image in an x tile row: tile_cols / 2 / split
   int sub_shift;     // log2 of the segments per image: 4, 3 or 2
   int hi_word;       // A word of segment g + 8 relative to segment g: 32 (split 1) or split / 2 * sub_pairs
+  int filter_copies;  // 2 (odd pairs from the shifted copy), or 1 (odd pairs by byte permute)
 };
 
 namespace mma_fwd {
@@ -333,10 +337,12 @@ __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __rest
   }
 }
 
-// Filter rows [k0, k0 + rows) into the stage, both copies (see the file comment).
-template <bool kVec>
+// Filter rows [k0, k0 + rows) into the stage, with both copies unless kOneCopy
+// (see the file comment).
+template <bool kVec, bool kOneCopy>
 __device__ __forceinline__ void stage_filter(uint16_t* fs, const uint16_t* __restrict__ w, const DwConvParams& p,
                                              const MmaFwdGrid& g, int64_t k0, int rows) {
+  constexpr int kCopies = kOneCopy ? 1 : 2;
   using Tr = MmaFwdTraits;
   const int64_t channel_base = int64_t(blockIdx.y) * Tr::kBlockChannels;
   const int wp = g.filter_row;
@@ -353,12 +359,12 @@ __device__ __forceinline__ void stage_filter(uint16_t* fs, const uint16_t* __res
     const uint16_t* src = ok ? w + filter_tap(p, k0 + s, kw) * p.channels + c : w;
     uint32_t v[4];
     load8<kVec>(src, ok, p.channels - c, v);
-    uint16_t* row = fs + (s * Tr::kBlockChannels + 8 * octet) * 2 * wp;
+    uint16_t* row = fs + (s * Tr::kBlockChannels + 8 * octet) * kCopies * wp;
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       const uint16_t h = uint16_t(v[k / 2] >> (16 * (k & 1)));
-      row[k * 2 * wp + pos] = h;
-      if (pos > 0) row[k * 2 * wp + wp + pos - 1] = h;
+      row[k * kCopies * wp + pos] = h;
+      if (!kOneCopy && pos > 0) row[k * kCopies * wp + wp + pos - 1] = h;
     }
   }
 }
@@ -370,8 +376,10 @@ __device__ __forceinline__ void stage_filter(uint16_t* fs, const uint16_t* __res
 //       applied (word 4g + tig + floor(9f / 2) of the row);
 //   xa_wrap: the same word one row past the last ring slot; the slots are
 //       row_w words apart and wrap around after ring_w words (tile_rows slots);
-//   fb: this lane's B word for chunk row 0 (pair starting at tap 9f + 2tig - g);
-//       chunk rows are filter_stride_w words apart.
+//   fb: this lane's B word for chunk row 0 (pair starting at tap 9f + 2tig - g;
+//       with kOneCopy, the word holding that tap, and b_select the byte permute
+//       that takes the pair from it and the next word); chunk rows are
+//       filter_stride_w words apart.
 // The row pointer advances by one add and a wrap test per load instead of
 // precomputed per-row offsets, which would hold 15 registers the accumulators
 // and the ring need.
@@ -381,10 +389,10 @@ __device__ __forceinline__ void stage_filter(uint16_t* fs, const uint16_t* __res
 // read only with kNarrow; otherwise it is the constant 32, which keeps one image
 // per strip at the instruction count it had (a runtime offset cost the hot loop of
 // the bf16 kernel 384 more SASS instructions per 1152 HMMA).
-template <typename T, bool kOdd, int kSteps, bool kNarrow>
+template <typename T, bool kOdd, int kSteps, bool kNarrow, bool kOneCopy>
 __device__ __forceinline__ void mma_chunk(float (&acc)[MmaFwdTraits::kRows][4], const uint32_t* xa,
                                           const uint32_t* xa_wrap, int row_w, int ring_w, int hi, const uint32_t* fb,
-                                          int filter_stride_w, uint32_t mask0, uint32_t mask1) {
+                                          int filter_stride_w, uint32_t mask0, uint32_t mask1, uint32_t b_select) {
   using Tr = MmaFwdTraits;
   constexpr int R = Tr::kRows;
   uint32_t ring[R][4];
@@ -415,8 +423,14 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[MmaFwdTraits::kRows][4], 
   for (int s = 0; s < kSteps; ++s) {
     load_a(ring[(s + R - 1) % R]);
     // B fragment: b0 = rows 2tig, 2tig+1 of column g; b1 = rows 2tig+8, 2tig+9.
-    const uint32_t b0 = fb[0] & mask0;
-    const uint32_t b1 = fb[4] & mask1;
+    uint32_t b0, b1;
+    if constexpr (kOneCopy) {
+      b0 = __byte_perm(fb[0], fb[1], b_select) & mask0;
+      b1 = __byte_perm(fb[4], fb[5], b_select) & mask1;
+    } else {
+      b0 = fb[0] & mask0;
+      b1 = fb[4] & mask1;
+    }
     fb += filter_stride_w;
 #pragma unroll
     for (int r = 0; r < R; ++r) mma_16816<T>(acc[r], ring[(s + r) % R], b0, b1);
@@ -424,7 +438,8 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[MmaFwdTraits::kRows][4], 
 }
 
 // kNarrow: more than one image per strip (MmaFwdGrid::split > 1).
-template <typename T, bool kVec, bool kPrologue, bool kNarrow>
+// kOneCopy: one filter copy (MmaFwdGrid::filter_copies == 1).
+template <typename T, bool kVec, bool kPrologue, bool kNarrow, bool kOneCopy>
 __global__ void __launch_bounds__(MmaFwdTraits::kThreads, 2)
 dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, T* __restrict__ y_ptr,
                       DwConvParams p, MmaFwdGrid g, FwdEpilogue epilogue, FwdPrologue prologue) {
@@ -440,7 +455,8 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
   const int row_w = g.tile_cols / 2;
   const int plane_w = g.x_plane / 2;
   const int wp = g.filter_row;
-  const int filter_stride_w = Tr::kBlockChannels * wp;  // words per chunk row: 16 channels x 2 copies
+  // Words per chunk row: 16 channels x copies x wp / 2.
+  const int filter_stride_w = kOneCopy ? Tr::kBlockChannels * (wp / 2) : Tr::kBlockChannels * wp;
 
   BlockState* state = reinterpret_cast<BlockState*>(smem_raw + g.meta_offset);
   if (threadIdx.x == 0) {
@@ -474,7 +490,7 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
       const int row_begin = resident ? ring_hi : need_begin;
       const bool filter_staged = state->filter_k0 == k0 && state->filter_rows == steps;
       stage_input<T, kVec, kPrologue, kNarrow>(xs, x, p, g, row_begin, need_end, prologue);
-      if (!filter_staged) stage_filter<kVec>(fs, w, p, g, k0, steps);
+      if (!filter_staged) stage_filter<kVec, kOneCopy>(fs, w, p, g, k0, steps);
       __syncthreads();
       // Every thread has read the state above; the next read follows the barrier
       // below the compute.
@@ -494,29 +510,33 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
         const int a_off = a_word + f_word + slot0 * row_w;
         const int wrap_off = a_word + f_word + g.tile_rows * row_w;
         // Pair (h, h + 1): copy 0 at word h / 2 when h is even, copy 1 (shifted
-        // by one element, wp / 2 words on) at word (h - 1) / 2 when h is odd.
+        // by one element, wp / 2 words on) at word (h - 1) / 2 when h is odd; with
+        // one copy, the high half of word (h - 1) / 2 and the low half of the next.
         const int h = lc.h0 + Tr::kFrag * f;
-        const int b_off = (h >> 1) + (h & 1) * (wp / 2);
+        const int b_off = (h >> 1) + (kOneCopy ? 0 : (h & 1) * (wp / 2));
+        const uint32_t b_select = kOneCopy && (h & 1) ? 0x5432u : 0x3210u;  // (unused with two copies)
         auto run = [&](auto odd) {
 #pragma unroll
           for (int cc = 0; cc < Tr::kWarpChannels; ++cc) {
             const int ch = lc.warp * Tr::kWarpChannels + cc;
             const uint32_t* xc = xs + ch * plane_w;
-            const uint32_t* fb = reinterpret_cast<const uint32_t*>(fs) + ch * wp + b_off;  // chunk row 0
+            const uint32_t* fb =
+                reinterpret_cast<const uint32_t*>(fs) + ch * (kOneCopy ? wp / 2 : wp) + b_off;  // chunk row 0
             if (steps == Tr::kChunk) {
-              mma_chunk<T, odd.value, Tr::kChunk, kNarrow>(acc[cc], xc + a_off, xc + wrap_off, row_w,
-                                                           g.tile_rows * row_w, g.hi_word, fb, filter_stride_w,
-                                                           lc.mask0, lc.mask1);
+              mma_chunk<T, odd.value, Tr::kChunk, kNarrow, kOneCopy>(acc[cc], xc + a_off, xc + wrap_off, row_w,
+                                                                     g.tile_rows * row_w, g.hi_word, fb,
+                                                                     filter_stride_w, lc.mask0, lc.mask1, b_select);
             } else if (steps == Tr::kTallChunk) {
-              mma_chunk<T, odd.value, Tr::kTallChunk, kNarrow>(acc[cc], xc + a_off, xc + wrap_off, row_w,
-                                                               g.tile_rows * row_w, g.hi_word, fb, filter_stride_w,
-                                                               lc.mask0, lc.mask1);
+              mma_chunk<T, odd.value, Tr::kTallChunk, kNarrow, kOneCopy>(acc[cc], xc + a_off, xc + wrap_off, row_w,
+                                                                         g.tile_rows * row_w, g.hi_word, fb,
+                                                                         filter_stride_w, lc.mask0, lc.mask1,
+                                                                         b_select);
             } else {
               static_for<1, Tr::kChunk>([&](auto k) {
                 if (steps == k.value) {
-                  mma_chunk<T, odd.value, k.value, kNarrow>(acc[cc], xc + a_off, xc + wrap_off, row_w,
-                                                            g.tile_rows * row_w, g.hi_word, fb, filter_stride_w,
-                                                            lc.mask0, lc.mask1);
+                  mma_chunk<T, odd.value, k.value, kNarrow, kOneCopy>(acc[cc], xc + a_off, xc + wrap_off, row_w,
+                                                                      g.tile_rows * row_w, g.hi_word, fb,
+                                                                      filter_stride_w, lc.mask0, lc.mask1, b_select);
                 }
               });
             }
