@@ -92,6 +92,9 @@ TEST_CASES = [
     # The fp32 filter gradient's width 4 at TM 8: 8, 31 and 15 taps wide.
     ConvCase("k3x8_c12", 1, 10, 19, 12, 3, 8),
     ConvCase("k3x31_c20", 1, 7, 40, 20, 3, 31),
+    # The fp32 forward-loop filter gradient's lower bound, 27 taps across (two 8-wide
+    # thread tiles and a 3-wide third), over two images and a ragged channel block.
+    ConvCase("k29x27_c36", 2, 30, 33, 36, 29, 27),
     ConvCase("k15x15_c8", 1, 17, 18, 8, 15, 15),
     # Filter rows wider than one 16 KiB shared-memory stage: one row per stage and
     # more than 48 KiB of dynamic shared memory (fp32), so the launch raises the limit.

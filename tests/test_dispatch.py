@@ -120,8 +120,8 @@ def test_filter_gradient_dispatch_covers_every_kernel():
       expected = "split"
     assert _bwd_filter_pick(native, case, half_precision=True) == expected, case.name
     # fp32 never takes tensor cores; its row-stream copies are 4 channels wide, and from
-    # 31 taps across at stride 1 it runs the forward loop over dy (bwd_filter_gemv.cuh).
-    if unit and case.kw >= 31:
+    # 27 taps across at stride 1 it runs the forward loop over dy (bwd_filter_gemv.cuh).
+    if unit and case.kw >= 27:
       expected_fp32 = "gemv"
     elif rowstream and case.c % 32 == 0:
       expected_fp32 = "rowstream"
@@ -160,7 +160,7 @@ def test_filter_gradient_tensor_core_bounds():
   assert convnext == ["mma", "mma", "mma", "split"]  # ConvNeXt-T's four stages
   assert pick(5, 128) == "rowstream" and pick(3, 128) == "rowstream"
   assert pick(7, 128, half_precision=False) == "rowstream"
-  assert pick(31, 128, half_precision=False) == "gemv" and pick(21, 128, half_precision=False) == "split"
+  assert pick(27, 128, half_precision=False) == "gemv" and pick(21, 128, half_precision=False) == "split"
 
 
 @pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")

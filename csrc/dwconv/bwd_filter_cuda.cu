@@ -138,14 +138,16 @@ bool bwd_filter_rowstream_applies(const DwConvParams& p, bool half_precision) {
 }
 
 // fp32 at stride 1 takes the forward-as-filter-gradient kernel (bwd_filter_gemv.cuh)
-// from 31 taps across. Kernel-level A/B on the H200 (sixteenth session, ms, split with
-// filter rows -> gemv): k = 31 128x64x64x256 10.87 -> 8.88, 128^4 19.23 -> 18.71,
-// 128x32x32x1024 12.67 -> 8.41; k = 51 47.26 -> 22.67, 85.94 -> 51.27, 44.70 -> 20.33.
-// Below, its KH x KW outputs fill too few of the 8-wide thread tiles and 4-row warps,
-// and the split kernel's rows per thread win: k = 21 4.99 -> 6.27, k = 17 4.26 -> 5.21
-// (128x64x64x256) and 5.24 -> 5.67 (128x32x32x1024), k = 9 1.57 -> 2.46, 2.97 -> 5.73,
-// 1.69 -> 2.52; k = 13 gained on 128x64x64x256 alone (2.95 -> 2.71).
-constexpr int64_t kBwdFilterGemvMinTaps = 31;
+// from 27 taps across. Kernel-level A/B on the H200 (sixteenth and seventeenth
+// sessions, ms, split with filter rows -> gemv; maps 128x64x64x256, 128^4,
+// 128x32x32x1024): k = 51 47.24 -> 22.73, 85.46 -> 51.46, 44.67 -> 20.40; k = 31
+// 10.87 -> 8.93, 19.26 -> 18.71, 12.69 -> 8.42; k = 27 11.72 -> 7.87, 20.04 -> 16.51,
+// 13.48 -> 7.18. Below, its KH x KW outputs fill too few of the 8-wide thread tiles and
+// 4-row warps, and the split kernel's rows per thread win on most maps: k = 21 5.00 ->
+// 6.25, 9.72 -> 13.63, 6.16 -> 6.10; k = 17 4.25 -> 5.18, 7.64 -> 10.54, 5.22 -> 5.61;
+// k = 9 1.54 -> 2.46, 1.66 -> 2.49. k = 13 gains on the two narrower maps (2.94 -> 2.70,
+// 3.63 -> 2.74) but not on 128^4 (5.33 -> 5.89); 22-26 taps were not timed.
+constexpr int64_t kBwdFilterGemvMinTaps = 27;
 
 BwdFilterKernel select_bwd_filter_kernel(const DwConvParams& p, bool half_precision, bool deterministic) {
   if (!bwd_filter_split_applies(p)) return BwdFilterKernel::kDirect;

@@ -50,7 +50,7 @@ BwdFilterTiling bwd_filter_tiling(const DwConvParams& p, bool half_precision);
 // stride 1, no dilation, KW <= 64, and wide enough to beat the split kernel; see
 // select_bwd_filter_kernel in bwd_filter_cuda.cu), the row-stream kernel (stride 1,
 // no dilation, KW 3, 5 or 7, KH <= 7, whole channel blocks, outputs at least 32
-// wide, atomic mode), the forward loop over dy (fp32, stride 1, no dilation, KW >= 31;
+// wide, atomic mode), the forward loop over dy (fp32, stride 1, no dilation, KW >= 27;
 // bwd_filter_gemv.cuh), the split kernel (stride_w 1 or 2, dilation_w 1), or the
 // direct kernel.
 enum class BwdFilterKernel { kMma, kRowStream, kSplit, kDirect, kGemv };
