@@ -95,6 +95,9 @@ TEST_CASES = [
     # The fp32 forward-loop filter gradient's lower bound, 27 taps across (two 8-wide
     # thread tiles and a 3-wide third), over two images and a ragged channel block.
     ConvCase("k29x27_c36", 2, 30, 33, 36, 29, 27),
+    # fp16/bf16 on tensor cores with one filter copy (k = 31 on a map 33-64 wide: two
+    # copies keep a block alone on an H200 SM, fwd_mma.cu), 2 images a strip, odd N.
+    ConvCase("k31_w40_one_copy", 3, 36, 40, 16, 31, 31),
     ConvCase("k15x15_c8", 1, 17, 18, 8, 15, 15),
     # Filter rows wider than one 16 KiB shared-memory stage: one row per stage and
     # more than 48 KiB of dynamic shared memory (fp32), so the launch raises the limit.
