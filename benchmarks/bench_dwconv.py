@@ -203,11 +203,20 @@ def main(argv=None):
                       help="append to this CSV from an earlier run, skipping the points it already holds")
   parser.add_argument("--skip-xla", action="store_true",
                       help="time jax_flashdwc only (while tuning; published results always include XLA)")
+  parser.add_argument("--compilation-cache", default=None, metavar="DIR",
+                      help="JAX's persistent compilation cache; a later run with the same DIR (another call "
+                           "on the GPU machine, DIR carried back) loads the compiled functions instead of "
+                           "compiling and autotuning them again")
   parser.add_argument("--tall-filters", choices=["transposed", "direct"], default="transposed",
                       help="direct: run tall fp16/bf16 filters (SLaK's 51x5) without exchanging H and W, "
                            "the A/B of conv.TRANSPOSE_TALL_FILTERS")
   args = parser.parse_args(argv)
   conv_module.TRANSPOSE_TALL_FILTERS = args.tall_filters == "transposed"
+  if args.compilation_cache:
+    jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
+    # XLA's half-precision depthwise convolutions compile in well under JAX's default
+    # 1 s threshold on some points and would not be kept.
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
   cases, set_of_case = [], {}
   for name in args.shapes:
@@ -252,6 +261,7 @@ def main(argv=None):
           y_shape = jax.eval_shape(partial(depthwise_conv2d, **kwargs),
                                    jax.ShapeDtypeStruct(case.x_shape, dtype),
                                    jax.ShapeDtypeStruct(case.kernel_shape, dtype)).shape
+          point_start = time.perf_counter()
           arg_sets = make_inputs(case, dtype, jax.random.fold_in(key, len(rows)), y_shape)
           err = relative_error(ours(*arg_sets[0]), xla(*arg_sets[0]))
           gate = "ok" if err <= gate_tol else "FAILED"
@@ -274,7 +284,8 @@ def main(argv=None):
           rows.append(row)
           print(f"{mode:10s} {dtype_name:8s} {case.name:32s} ours {t_ours*1e3:9.3f} ms "
                 f"{flops / t_ours / 1e12:7.2f} TF/s {nbytes / t_ours / 1e9:7.0f} GB/s | xla {t_xla*1e3:9.3f} ms "
-                f"| x{t_xla / t_ours:6.2f} err {err:.1e} {gate}", flush=True)
+                f"| x{t_xla / t_ours:6.2f} err {err:.1e} {gate} ({time.perf_counter() - point_start:.0f} s)",
+                flush=True)
 
   print(f"\nwrote {path}  ({prov['gpu']}, driver {prov['driver']}, jax {prov['jax_version']}, "
         f"commit {prov['commit']})")
