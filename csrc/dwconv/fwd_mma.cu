@@ -19,12 +19,19 @@ constexpr int64_t kMmaMaxKernelH = 1 << 20;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Filter rows a stage holds where a block of 8-row stages would be alone on its SM.
+constexpr int kShortChunk = 4;
+
 // split: images side by side in a strip (fwd_mma.cuh, "Narrow maps"): 1, 2 or 4.
 // tiles_per_block: output tiles a block computes down the image; above 1 only for
 // KH <= 9 (fwd_mma.cuh, the output tile's slots).
 // filter_copies: 2, or 1 where the second copy alone keeps a second block off the
 // SM (choose_mma_fwd_grid).
-MmaFwdGrid make_mma_fwd_grid(const DwConvParams& p, int split, int tiles_per_block, int filter_copies = 2) {
+// chunk: filter rows a stage holds with one tile per block, kChunk (8), or
+// kShortChunk (4) where a block would otherwise be alone on its SM
+// (choose_mma_fwd_grid): the x ring then holds chunk + 7 rows instead of 15.
+MmaFwdGrid make_mma_fwd_grid(const DwConvParams& p, int split, int tiles_per_block, int filter_copies = 2,
+                             int chunk = MmaFwdTraits::kChunk) {
   using Tr = MmaFwdTraits;
   MmaFwdGrid g;
   g.frags = int(ceil_div(p.kernel_w, Tr::kFrag));
@@ -42,7 +49,7 @@ MmaFwdGrid make_mma_fwd_grid(const DwConvParams& p, int split, int tiles_per_blo
   g.sub_shift = split == 1 ? 4 : split == 2 ? 3 : 2;
   g.hi_word = split == 1 ? 32 : split / 2 * g.sub_pairs;
   g.tile_rows = int(std::min<int64_t>(p.kernel_h + Tr::kRows - 1,
-                                      tiles_per_block > 1 ? Tr::kTallRingRows : Tr::kRingRows));
+                                      tiles_per_block > 1 ? Tr::kTallRingRows : chunk + Tr::kRows - 1));
   // Plane stride of 2 mod 4 words (tile_cols is a multiple of 8 elements): the
   // channel octets 0 and 1 of a staging store or an output read, 8 planes apart,
   // fall on disjoint halves of the 32 banks.
@@ -51,7 +58,7 @@ MmaFwdGrid make_mma_fwd_grid(const DwConvParams& p, int split, int tiles_per_blo
   g.filter_row = Tr::kFrag * g.frags + 16 + (g.frags & 1);
   // With 16 ring slots a 9-row filter is one chunk: one staging pass, one barrier
   // pair and one A-ring fill per tile instead of two.
-  g.filter_rows = int(std::min<int64_t>(p.kernel_h, g.tile_rows == Tr::kTallRingRows ? Tr::kTallChunk : Tr::kChunk));
+  g.filter_rows = int(std::min<int64_t>(p.kernel_h, g.tile_rows == Tr::kTallRingRows ? Tr::kTallChunk : chunk));
   g.x_bytes = Tr::kBlockChannels * g.x_plane * 2;
   // Filter stage: filter_rows x 16 channels x copies x filter_row elements (a multiple of 4 bytes).
   g.filter_copies = filter_copies;
@@ -100,8 +107,18 @@ MmaFwdGrid choose_mma_fwd_grid(const DwConvParams& p, int tiles_per_block) {
   // occupancy, SM 35% busy; docs/perf-notes.md, sixteenth session), and a pair at
   // an odd tap costs one more shared load and a byte permute per B register.
   const MmaFwdGrid one_copy = make_mma_fwd_grid(p, g.split, 1, 1);
-  if (resident_blocks(d, mma_fwd_smem_bytes(g)) == 1 && resident_blocks(d, mma_fwd_smem_bytes(one_copy)) == 2) {
-    return one_copy;
+  const bool alone = resident_blocks(d, mma_fwd_smem_bytes(g)) == 1;
+  if (alone && resident_blocks(d, mma_fwd_smem_bytes(one_copy)) == 2) return one_copy;
+  // Where neither copy count lets a second block on, half chunks: 4 filter rows a
+  // stage and an 11-row x ring (k = 21 and 31 on maps 32 wide, k = 51 on maps 64
+  // wide: 135 -> 94, 154 -> 107 and 148 -> 100 KB a block), at twice the stages and
+  // barrier pairs a tile. Filters at most 9 tall keep their 8- or 9-row chunks and
+  // the tiles per block below.
+  if (alone && p.kernel_h > MmaFwdTraits::kTallChunk) {
+    for (int copies : {2, 1}) {
+      const MmaFwdGrid short_chunk = make_mma_fwd_grid(p, g.split, 1, copies, kShortChunk);
+      if (resident_blocks(d, mma_fwd_smem_bytes(short_chunk)) == 2) return short_chunk;
+    }
   }
   if (p.kernel_h > MmaFwdTraits::kTallChunk || g.tiles_h < 2) return g;
   if (tiles_per_block > 0) return make_mma_fwd_grid(p, g.split, tiles_per_block);

@@ -241,6 +241,13 @@ int main(int argc, char** argv) {
       same("k5 same C24 W130 H33", 1, 33, 130, 24, 5, 5),
       {"9x9 tall pad C16", 1, 10, 20, 16, 9, 9, 20, 4, 40, 20, false},
       {"8x3 bottom pad C16", 2, 20, 50, 16, 8, 3, 0, 1, 41, 50, false},
+      // Half chunks (4 filter rows a stage, an 11-row ring) where 8-row stages leave a
+      // block alone on its SM: k = 21 and 31 over 4 images a strip (two strips, the
+      // second with 1 image), 51 over 2 (odd N), and a 23-tall filter (chunks 4 x 5 + 3).
+      same("k21 same C16 W32 N5 (short chunks)", 5, 30, 32, 16, 21, 21),
+      same("k31 same C24 W30 N4 (short chunks)", 4, 36, 30, 24, 31, 31),
+      same("k51 same C16 W64 N3 (short chunks)", 3, 60, 64, 16, 51, 51),
+      same("23x29 same C16 W32 N4 (short chunks)", 4, 27, 32, 16, 23, 29),
   };
   bool ok = true;
   for (const Shape& s : shapes) {
