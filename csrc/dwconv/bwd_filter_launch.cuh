@@ -208,8 +208,8 @@ cudaError_t launch_bwd_filter_rowstream(const DwConvParams& p, const T* x, const
   using Tr = BwdFilterRowStreamTraits<T, kStrip>;
   BwdFilterRowStreamGrid grid;
   grid.strips = (p.out_w + kStrip - 1) / kStrip;
-  const int64_t channel_blocks = (p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels;
-  const int64_t base = std::max<int64_t>(p.batch * grid.strips * channel_blocks, 1);
+  grid.channel_blocks = (p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels;
+  const int64_t base = std::max<int64_t>(p.batch * grid.strips * grid.channel_blocks, 1);
   const int64_t row_blocks = std::clamp<int64_t>((kBwdFilterRowStreamTargetBlocks + base - 1) / base, 1, p.out_h);
   grid.rows_per_block =
       std::max((p.out_h + row_blocks - 1) / row_blocks, std::min(p.out_h, kBwdFilterRowStreamMinRows));
@@ -219,7 +219,7 @@ cudaError_t launch_bwd_filter_rowstream(const DwConvParams& p, const T* x, const
   const size_t smem = size_t(bwd_filter_rowstream_smem_bytes<T, kStrip, kKW>(p.kernel_h));
   auto kernel = dwconv_bwd_filter_rowstream_kernel<T, kStrip, kKW>;
   if (cudaError_t err = allow_dynamic_smem(kernel, smem); err != cudaSuccess) return err;
-  const dim3 blocks(unsigned(p.batch * grid.strips * grid.row_blocks), unsigned(channel_blocks));
+  const unsigned blocks = unsigned(p.batch * grid.strips * grid.row_blocks * grid.channel_blocks);
   kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, dy, ws, p, grid);
   return cudaGetLastError();
 }

@@ -54,6 +54,7 @@ struct BwdFilterRowStreamGrid {
   int64_t row_blocks;      // ceil(Ho / rows_per_block)
   int x_ring;              // input-row slots: KH + kPrefetchRows
   int segments;            // column segments of the strip: 16 / KH
+  int64_t channel_blocks;  // C / kBlockChannels, the fastest-varying part of blockIdx.x
 };
 
 // Bytes of dynamic shared memory: the input-row ring, then the dy-row ring; after
@@ -117,10 +118,13 @@ dwconv_bwd_filter_rowstream_kernel(const T* __restrict__ x, const T* __restrict_
   T* dy_ring = x_ring + int64_t(grid.x_ring) * kXRowElems;  // (kDyRing, kStrip, kBlockChannels)
 
   const int kernel_h = int(p.kernel_h);
-  const int64_t strip = int64_t(blockIdx.x) % grid.strips;
-  const int64_t row_block = (int64_t(blockIdx.x) / grid.strips) % grid.row_blocks;
-  const int64_t n = int64_t(blockIdx.x) / (grid.strips * grid.row_blocks);
-  const int64_t channel_base = int64_t(blockIdx.y) * Tr::kBlockChannels;
+  // Channel blocks vary fastest, so that the blocks resident together read all C
+  // channels of the same pixels rather than one 128-byte slice of many.
+  const int64_t spatial = int64_t(blockIdx.x) / grid.channel_blocks;
+  const int64_t strip = spatial % grid.strips;
+  const int64_t row_block = (spatial / grid.strips) % grid.row_blocks;
+  const int64_t n = spatial / (grid.strips * grid.row_blocks);
+  const int64_t channel_base = (int64_t(blockIdx.x) % grid.channel_blocks) * Tr::kBlockChannels;
   const int64_t ow_begin = strip * kStrip;
   const int64_t row_begin = row_block * grid.rows_per_block;
   const int rows = int(min(row_begin + grid.rows_per_block, p.out_h) - row_begin);

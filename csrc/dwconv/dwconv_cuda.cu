@@ -95,8 +95,8 @@ cudaError_t launch_fwd_rowstream(const DwConvParams& p, const T* x, const T* w, 
   using Tr = RowStreamTraits<T, kTM>;
   RowStreamGrid grid;
   grid.strips = (p.out_w + Tr::kStripWidth - 1) / Tr::kStripWidth;
-  const int64_t channel_blocks = (p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels;
-  const int64_t base = std::max<int64_t>(p.batch * grid.strips * channel_blocks, 1);
+  grid.channel_blocks = (p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels;
+  const int64_t base = std::max<int64_t>(p.batch * grid.strips * grid.channel_blocks, 1);
   const int64_t row_blocks = std::clamp<int64_t>((kRowStreamTargetBlocks + base - 1) / base, 1, p.out_h);
   grid.rows_per_block = std::max((p.out_h + row_blocks - 1) / row_blocks, std::min(p.out_h, kRowStreamMinRows));
   grid.row_blocks = (p.out_h + grid.rows_per_block - 1) / grid.rows_per_block;
@@ -104,7 +104,7 @@ cudaError_t launch_fwd_rowstream(const DwConvParams& p, const T* x, const T* w, 
   const size_t smem = size_t(rowstream_smem_bytes<T, kTM>(p.kernel_h, kKW));
   auto kernel = dwconv_fwd_rowstream_kernel<T, kTM, kKW, kPrologue>;
   if (cudaError_t err = allow_dynamic_smem(kernel, size_t(smem)); err != cudaSuccess) return err;
-  const dim3 blocks(unsigned(p.batch * grid.strips * grid.row_blocks), unsigned(channel_blocks));
+  const unsigned blocks = unsigned(p.batch * grid.strips * grid.row_blocks * grid.channel_blocks);
   kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, w, y, p, grid, epilogue, prologue);
   return cudaGetLastError();
 }
@@ -136,10 +136,12 @@ cudaError_t launch_fwd_rowstream_any(const DwConvParams& p, const T* x, const T*
 // launch also needs 16-byte aligned buffers).
 bool rowstream_supports(const DwConvParams& p, bool half_precision) {
   const int64_t width = half_precision ? 8 : 4;
+  // One grid dimension holds every block: at most out_h rows a image and strip.
+  const int64_t channel_blocks = (p.channels + 8 * width - 1) / (8 * width);
   const int64_t most_blocks = p.batch * p.out_h * ((p.out_w + kRowStreamNarrowWidth - 1) / kRowStreamNarrowWidth);
   return p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1 &&
          (p.kernel_w == 3 || p.kernel_w == 5 || p.kernel_w == 7) && p.kernel_h <= kRowStreamMaxKernelH &&
-         p.channels % width == 0 && (p.channels + 8 * width - 1) / (8 * width) <= 65535 && most_blocks <= INT32_MAX &&
+         p.channels % width == 0 && most_blocks <= INT32_MAX / std::max<int64_t>(channel_blocks, 1) &&
          p.in_w * p.channels <= INT32_MAX;  // the kernel's copy offsets within a row
 }
 

@@ -61,6 +61,8 @@ struct RowStreamGrid {
   int64_t row_blocks;
   // Ring slots: KH + kPrefetchRows.
   int ring_rows;
+  // ceil(C / kBlockChannels); the fastest-varying part of blockIdx.x.
+  int64_t channel_blocks;
 };
 
 // Bytes of dynamic shared memory: the ring of input rows, then the filter slice
@@ -106,10 +108,13 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
   float* w_smem = reinterpret_cast<float*>(ring + int64_t(grid.ring_rows) * kRowElems);
 
   const int kernel_h = int(p.kernel_h);
-  const int64_t strip = int64_t(blockIdx.x) % grid.strips;
-  const int64_t row_block = (int64_t(blockIdx.x) / grid.strips) % grid.row_blocks;
-  const int64_t n = int64_t(blockIdx.x) / (grid.strips * grid.row_blocks);
-  const int64_t channel_base = int64_t(blockIdx.y) * Tr::kBlockChannels;
+  // Channel blocks vary fastest, so that the blocks resident together read all C
+  // channels of the same pixels rather than one 128-byte slice of many.
+  const int64_t spatial = int64_t(blockIdx.x) / grid.channel_blocks;
+  const int64_t strip = spatial % grid.strips;
+  const int64_t row_block = (spatial / grid.strips) % grid.row_blocks;
+  const int64_t n = spatial / (grid.strips * grid.row_blocks);
+  const int64_t channel_base = (int64_t(blockIdx.x) % grid.channel_blocks) * Tr::kBlockChannels;
   const int64_t ow_begin = strip * Tr::kStripWidth;
   const int64_t row_begin = row_block * grid.rows_per_block;
   const int64_t row_end = min(row_begin + grid.rows_per_block, p.out_h);
