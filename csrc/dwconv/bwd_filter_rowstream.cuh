@@ -119,7 +119,9 @@ dwconv_bwd_filter_rowstream_kernel(const T* __restrict__ x, const T* __restrict_
 
   const int kernel_h = int(p.kernel_h);
   // Channel blocks vary fastest, so that the blocks resident together read all C
-  // channels of the same pixels rather than one 128-byte slice of many.
+  // channels of the same pixels rather than one 128-byte slice of many (as in the
+  // forward, where it saved up to 7% at k = 3; here within 1% in fp32, 0.97 in bf16 on
+  // 128x128x128x128 at k = 3 on the H200).
   const int64_t spatial = int64_t(blockIdx.x) / grid.channel_blocks;
   const int64_t strip = spatial % grid.strips;
   const int64_t row_block = (spatial / grid.strips) % grid.row_blocks;

@@ -112,8 +112,9 @@ MmaFwdGrid choose_mma_fwd_grid(const DwConvParams& p, int tiles_per_block) {
   // Where neither copy count lets a second block on, half chunks: 4 filter rows a
   // stage and an 11-row x ring (k = 21 and 31 on maps 32 wide, k = 51 on maps 64
   // wide: 135 -> 94, 154 -> 107 and 148 -> 100 KB a block), at twice the stages and
-  // barrier pairs a tile. Filters at most 9 tall keep their 8- or 9-row chunks and
-  // the tiles per block below.
+  // barrier pairs a tile: 0.84, 0.90 and 0.85 of the time there on the H200 in bf16
+  // (kernel level, docs/perf-notes.md, eighteenth session). Filters at most 9 tall
+  // keep their 8- or 9-row chunks and the tiles per block below.
   if (alone && p.kernel_h > MmaFwdTraits::kTallChunk) {
     for (int copies : {2, 1}) {
       const MmaFwdGrid short_chunk = make_mma_fwd_grid(p, g.split, 1, copies, kShortChunk);
