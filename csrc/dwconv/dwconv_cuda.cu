@@ -136,7 +136,7 @@ cudaError_t launch_fwd_rowstream_any(const DwConvParams& p, const T* x, const T*
 // launch also needs 16-byte aligned buffers).
 bool rowstream_supports(const DwConvParams& p, bool half_precision) {
   const int64_t width = half_precision ? 8 : 4;
-  // One grid dimension holds every block: at most out_h rows a image and strip.
+  // One grid dimension holds every block: at most out_h rows an image and strip.
   const int64_t channel_blocks = (p.channels + 8 * width - 1) / (8 * width);
   const int64_t most_blocks = p.batch * p.out_h * ((p.out_w + kRowStreamNarrowWidth - 1) / kRowStreamNarrowWidth);
   return p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1 &&
