@@ -68,6 +68,7 @@ MmaFwdGrid make_mma_fwd_grid(const DwConvParams& p, int split, int tiles_per_blo
   g.tiles_h = uint32_t(ceil_div(p.out_h, Tr::kRows));
   g.tiles_per_block = tiles_per_block;
   g.tile_blocks_h = uint32_t(ceil_div(g.tiles_h, tiles_per_block));
+  g.spatial_blocks = uint32_t(ceil_div(p.batch, split) * g.tile_blocks_h * g.tiles_w);
   return g;
 }
 
@@ -150,8 +151,11 @@ cudaError_t launch(const DwConvParams& p, const MmaFwdGrid& g, const T* x, const
                             : (one_copy ? mma_fwd::dwconv_fwd_mma_kernel<T, kVec, kPrologue, false, true>
                                         : mma_fwd::dwconv_fwd_mma_kernel<T, kVec, kPrologue, false, false>);
   if (cudaError_t err = allow_dynamic_smem(kernel, size_t(smem)); err != cudaSuccess) return err;
-  const dim3 blocks(unsigned(ceil_div(p.batch, g.split) * g.tile_blocks_h * g.tiles_w),
-                    unsigned(ceil_div(p.channels, Tr::kBlockChannels)));
+  // Channel blocks in x, the fastest index (fwd_mma.cuh, MmaFwdGrid); the spatial
+  // blocks fill y (at most 65535), then z, with fewer than z blocks past the last.
+  const int64_t planes_z = ceil_div(g.spatial_blocks, 65535);
+  const dim3 blocks(unsigned(ceil_div(p.channels, Tr::kBlockChannels)),
+                    unsigned(ceil_div(g.spatial_blocks, planes_z)), unsigned(planes_z));
   kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, w, y, p, g, epilogue, prologue);
   return cudaGetLastError();
 }
@@ -166,13 +170,15 @@ bool fwd_mma_supports(const DwConvParams& p) {
   }
   if (p.batch < 0 || p.in_h < 0 || p.in_w < 0 || p.out_h < 0 || p.out_w < 0 || p.channels < 0) return false;
   if (empty_problem(p)) return true;
-  // Overflow-safe form of batch * tiles_h * tiles_w <= INT32_MAX.
+  // Overflow-safe form of batch * tiles_h * tiles_w <= INT32_MAX (the spatial blocks,
+  // decoded in 32 bits by fwd_mma.cuh; more images a strip and more tiles a block only
+  // take fewer), and the channel blocks within the grid's x.
   const int64_t tiles_w = ceil_div(p.out_w, Tr::kStripW), tiles_h = ceil_div(p.out_h, Tr::kRows);
   if (tiles_w > INT32_MAX || tiles_h > INT32_MAX / tiles_w || p.batch > INT32_MAX / (tiles_h * tiles_w)) {
     return false;
   }
+  if (ceil_div(p.channels, Tr::kBlockChannels) > INT32_MAX) return false;
   const MmaFwdGrid g = make_mma_fwd_grid(p, 1, 1);
-  if (ceil_div(p.channels, Tr::kBlockChannels) > 65535) return false;
   return mma_fwd_smem_bytes(g) <= size_t(max_smem_per_block());
 }
 

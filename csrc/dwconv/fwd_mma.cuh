@@ -112,13 +112,18 @@ struct MmaFwdGrid {
   int filter_rows;  // filter rows per stage (the chunk): min(KH, kChunk), or kTallChunk with tile_rows 16
   int x_bytes;      // offset of the filter stage in shared memory
   int meta_offset;  // offset of the block's BlockState in shared memory
-  // Block index = (n / split * tile_blocks_h + tile block) * tiles_w + tile column;
-  // the host keeps the product <= INT32_MAX, so all three fit in 32 bits. Tile
-  // block b holds the output tiles b * tiles_per_block + j, j < tiles_per_block,
-  // those below tiles_h.
-  uint32_t tiles_w;        // ceil(out_w / 128)
-  uint32_t tiles_h;        // ceil(out_h / 8)
-  uint32_t tile_blocks_h;  // ceil(tiles_h / tiles_per_block)
+  // blockIdx.x = channel block; spatial block = blockIdx.z * gridDim.y + blockIdx.y =
+  // (n / split * tile_blocks_h + tile block) * tiles_w + tile column, below
+  // spatial_blocks (the grid's last row of y may run past it); the host keeps
+  // spatial_blocks <= INT32_MAX, so every part fits in 32 bits. Tile block b holds
+  // the output tiles b * tiles_per_block + j, j < tiles_per_block, those below
+  // tiles_h. Channel blocks vary fastest so that the C / 16 blocks of the same pixels
+  // run side by side: each reads one 32-byte sector of every pixel, and with the
+  // channel block slowest each pass over the image fetched one sector of every line.
+  uint32_t tiles_w;         // ceil(out_w / 128)
+  uint32_t tiles_h;         // ceil(out_h / 8)
+  uint32_t tile_blocks_h;   // ceil(tiles_h / tiles_per_block)
+  uint32_t spatial_blocks;  // ceil(N / split) * tile_blocks_h * tiles_w
   int tiles_per_block;
   int split;         // images side by side in a strip: 1, 2 (out_w <= 64) or 4 (<= 32)
   int sub_pairs;     // 32-bit words per image in an x tile row: tile_cols / 2 / split
@@ -136,20 +141,24 @@ struct BlockTile {
   int64_t n, oh0, col0, channel_base;
   // Tile j of the block (j = 0: the block's first, whose input rows number the ring).
   // kNarrow: more than one image per strip; with one, n needs no multiply by split.
+  __device__ __forceinline__ static uint32_t spatial_block() { return blockIdx.z * gridDim.y + blockIdx.y; }
   template <bool kNarrow>
   __device__ __forceinline__ static BlockTile current(const MmaFwdGrid& g, int j) {
-    const uint32_t bx = blockIdx.x;
-    const uint32_t rest = bx / g.tiles_w;
+    const uint32_t spatial = spatial_block();
+    const uint32_t rest = spatial / g.tiles_w;
     BlockTile t;
-    t.col0 = int64_t(bx - rest * g.tiles_w) * MmaFwdTraits::kStripW;
+    t.col0 = int64_t(spatial - rest * g.tiles_w) * MmaFwdTraits::kStripW;
     t.oh0 = (int64_t(rest % g.tile_blocks_h) * g.tiles_per_block + j) * MmaFwdTraits::kRows;
     t.n = int64_t(rest / g.tile_blocks_h) * (kNarrow ? g.split : 1);  // the first of the strip's images
-    t.channel_base = int64_t(blockIdx.y) * MmaFwdTraits::kBlockChannels;
+    t.channel_base = first_channel();
     return t;
+  }
+  __device__ __forceinline__ static int64_t first_channel() {
+    return int64_t(blockIdx.x) * MmaFwdTraits::kBlockChannels;
   }
   // Output tiles of this block: tiles_per_block, fewer in the last tile block.
   __device__ __forceinline__ static int count(const MmaFwdGrid& g) {
-    const uint32_t b = (blockIdx.x / g.tiles_w) % g.tile_blocks_h;
+    const uint32_t b = (spatial_block() / g.tiles_w) % g.tile_blocks_h;
     return int(min(uint32_t(g.tiles_per_block), g.tiles_h - b * uint32_t(g.tiles_per_block)));
   }
 };
@@ -344,7 +353,7 @@ __device__ __forceinline__ void stage_filter(uint16_t* fs, const uint16_t* __res
                                              const MmaFwdGrid& g, int64_t k0, int rows) {
   constexpr int kCopies = kOneCopy ? 1 : 2;
   using Tr = MmaFwdTraits;
-  const int64_t channel_base = int64_t(blockIdx.y) * Tr::kBlockChannels;
+  const int64_t channel_base = BlockTile::first_channel();
   const int wp = g.filter_row;
   const int items = rows * wp * Tr::kOctets;
 #pragma unroll 1
@@ -458,6 +467,8 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
   // Words per chunk row: 16 channels x copies x wp / 2.
   const int filter_stride_w = kOneCopy ? Tr::kBlockChannels * (wp / 2) : Tr::kBlockChannels * wp;
 
+  // The grid's last row of y may run past the spatial blocks (launch in fwd_mma.cu).
+  if (BlockTile::spatial_block() >= g.spatial_blocks) return;
   BlockState* state = reinterpret_cast<BlockState*>(smem_raw + g.meta_offset);
   if (threadIdx.x == 0) {
     state->ring_lo = state->ring_hi = 0;

@@ -248,6 +248,9 @@ int main(int argc, char** argv) {
       same("k31 same C24 W30 N4 (short chunks)", 4, 36, 30, 24, 31, 31),
       same("k51 same C16 W64 N3 (short chunks)", 3, 60, 64, 16, 51, 51),
       same("23x29 same C16 W32 N4 (short chunks)", 4, 27, 32, 16, 23, 29),
+      // Channel blocks fastest in the grid: several tiles a block, 2 images a strip
+      // and 3 channel blocks.
+      same("k9 same C48 W64 H40 N3 (channel blocks)", 3, 40, 64, 48, 9, 9),
   };
   bool ok = true;
   for (const Shape& s : shapes) {
