@@ -106,6 +106,11 @@ TEST_CASES = [
     # Tensor cores with images side by side: 4 per strip at W <= 32, so N = 5 fills
     # one strip and leaves three quarters of the next without an image.
     ConvCase("side_k9_n5", 5, 10, 20, 24, 9, 9),
+    # Tensor cores in stages of 9 filter rows for filters taller than 9 (fwd_mma.cu,
+    # with_nine_row_chunks): 17 rows in two stages (9 + 8) over three channel blocks,
+    # the third ragged (40 = 16 + 16 + 8); 26 rows in three (9 + 9 + 8), 2 images a strip.
+    ConvCase("k17_c40_w100_nine_rows", 1, 20, 100, 40, 17, 17),
+    ConvCase("k26x17_w60_nine_rows", 2, 28, 60, 16, 26, 17),
 ]
 
 # One case per forward kernel family, for the fused epilogue and prologue tests:

@@ -27,9 +27,10 @@ constexpr int kShortChunk = 4;
 // KH <= 9 (fwd_mma.cuh, the output tile's slots).
 // filter_copies: 2, or 1 where the second copy alone keeps a second block off the
 // SM (choose_mma_fwd_grid).
-// chunk: filter rows a stage holds with one tile per block, kChunk (8), or
-// kShortChunk (4) where a block would otherwise be alone on its SM
-// (choose_mma_fwd_grid): the x ring then holds chunk + 7 rows instead of 15.
+// chunk: filter rows a stage holds with one tile per block: kChunk (8), kShortChunk
+// (4) where a block would otherwise be alone on its SM (choose_mma_fwd_grid), or
+// kTallChunk (9) where that takes fewer stages (with_nine_row_chunks); the x ring
+// holds chunk + 7 rows.
 MmaFwdGrid make_mma_fwd_grid(const DwConvParams& p, int split, int tiles_per_block, int filter_copies = 2,
                              int chunk = MmaFwdTraits::kChunk) {
   using Tr = MmaFwdTraits;
@@ -84,6 +85,24 @@ int resident_blocks(const DeviceLimits& d, size_t smem_bytes) {
   return int(std::clamp<int64_t>(d.smem_per_sm / int64_t(smem_bytes + d.smem_reserved_per_block), 1, 2));
 }
 
+// With one tile a block (KH > 9), stages of 9 filter rows (kTallChunk, a 16-row x
+// ring) instead of 8 where that takes fewer stages and keeps the SM's resident
+// blocks: k = 17 in 2 stages instead of 3, k = 25-27 in 3 instead of 4, k = 51 in 6
+// instead of 7. A stage costs a staging pass, a barrier pair and an A-ring fill per
+// fragment, whatever its row count.
+MmaFwdGrid with_nine_row_chunks(const DwConvParams& p, const DeviceLimits& d, const MmaFwdGrid& g) {
+  using Tr = MmaFwdTraits;
+  if (g.filter_rows != Tr::kChunk || ceil_div(p.kernel_h, Tr::kTallChunk) >= ceil_div(p.kernel_h, Tr::kChunk)) {
+    return g;
+  }
+  const MmaFwdGrid nine = make_mma_fwd_grid(p, g.split, 1, g.filter_copies, Tr::kTallChunk);
+  const size_t smem = mma_fwd_smem_bytes(nine);
+  if (smem > size_t(d.smem_per_block) || resident_blocks(d, smem) < resident_blocks(d, mma_fwd_smem_bytes(g))) {
+    return g;
+  }
+  return nine;
+}
+
 // The most images per strip that the output width leaves room for and whose x
 // tile fits in shared memory (1 always fits where fwd_mma_supports holds); then
 // the most tiles per block (up to 4) that keep the SMs' resident blocks and leave
@@ -109,7 +128,7 @@ MmaFwdGrid choose_mma_fwd_grid(const DwConvParams& p, int tiles_per_block) {
   // an odd tap costs one more shared load and a byte permute per B register.
   const MmaFwdGrid one_copy = make_mma_fwd_grid(p, g.split, 1, 1);
   const bool alone = resident_blocks(d, mma_fwd_smem_bytes(g)) == 1;
-  if (alone && resident_blocks(d, mma_fwd_smem_bytes(one_copy)) == 2) return one_copy;
+  if (alone && resident_blocks(d, mma_fwd_smem_bytes(one_copy)) == 2) return with_nine_row_chunks(p, d, one_copy);
   // Where neither copy count lets a second block on, half chunks: 4 filter rows a
   // stage and an 11-row x ring (k = 21 and 31 on maps 32 wide, k = 51 on maps 64
   // wide: 135 -> 94, 154 -> 107 and 148 -> 100 KB a block), at twice the stages and
@@ -122,7 +141,8 @@ MmaFwdGrid choose_mma_fwd_grid(const DwConvParams& p, int tiles_per_block) {
       if (resident_blocks(d, mma_fwd_smem_bytes(short_chunk)) == 2) return short_chunk;
     }
   }
-  if (p.kernel_h > MmaFwdTraits::kTallChunk || g.tiles_h < 2) return g;
+  if (p.kernel_h > MmaFwdTraits::kTallChunk) return with_nine_row_chunks(p, d, g);
+  if (g.tiles_h < 2) return g;
   if (tiles_per_block > 0) return make_mma_fwd_grid(p, g.split, tiles_per_block);
   const int resident = resident_blocks(d, mma_fwd_smem_bytes(g));
   for (int tiles = MmaFwdTraits::kMaxTilesPerBlock; tiles > 1; --tiles) {

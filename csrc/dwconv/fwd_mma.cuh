@@ -20,7 +20,9 @@
 // sector), each warp 2 channels; an output tile is 8 output rows x 128 output
 // columns x 16 channels, and a block computes tiles_per_block tiles stacked
 // down the image, one after the other. Filter rows are processed in chunks of
-// 8 (9 for a 9-row filter with several tiles a block, below); each chunk's
+// 8 (9 for a 9-row filter with several tiles a block, below, and for taller
+// filters where 9-row chunks take fewer stages; 4 where 8-row ones would leave a
+// block alone on its SM: fwd_mma.cu, choose_mma_fwd_grid); each chunk's
 // input rows (chunk + 7 halo rows) and filter rows are staged into
 // shared memory, input rows in a ring (tile_rows slots) so that rows shared by
 // consecutive chunks, and by consecutive tiles of a block, are loaded once:

@@ -248,6 +248,14 @@ int main(int argc, char** argv) {
       same("k31 same C24 W30 N4 (short chunks)", 4, 36, 30, 24, 31, 31),
       same("k51 same C16 W64 N3 (short chunks)", 3, 60, 64, 16, 51, 51),
       same("23x29 same C16 W32 N4 (short chunks)", 4, 27, 32, 16, 23, 29),
+      // Stages of 9 filter rows for filters taller than 9 (with_nine_row_chunks): 17
+      // rows as 9 + 8 over three channel blocks, 27 as 9 x 3 over two images, 51 with
+      // one filter copy, a 26x17 filter 2 images a strip, 45 rows 4 images a strip.
+      same("k17 same C40 W100 (nine-row chunks)", 1, 20, 100, 40, 17, 17),
+      same("k27 same C16 W128 N2 (nine-row chunks)", 2, 30, 128, 16, 27, 27),
+      same("k51 same C16 W130 (nine-row chunks, one copy)", 1, 56, 130, 16, 51, 51),
+      same("26x17 same C16 W60 N3 (nine-row chunks)", 3, 28, 60, 16, 26, 17),
+      same("k45 same C16 W32 N4 (nine-row chunks)", 4, 50, 32, 16, 45, 45),
       // Channel blocks fastest in the grid: several tiles a block, 2 images a strip
       // and 3 channel blocks.
       same("k9 same C48 W64 H40 N3 (channel blocks)", 3, 40, 64, 48, 9, 9),
