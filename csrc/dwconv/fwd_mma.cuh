@@ -281,70 +281,125 @@ __device__ __forceinline__ uint32_t prologue_word(const ChannelAffine<8>& a, Act
 // An item is two adjacent columns x 8 channels: two 16-byte loads, then per
 // channel one 32-bit store of the column pair (the transpose from NHWC).
 // kPrologue: the prologue is applied to the elements inside the image.
-// kNarrow: more than one image per strip; with one, the image of every item is the
-// strip's, and no division finds it.
+// kNarrow: more than one image per strip.
+//
+// A thread's items are kThreads apart: item it is channel octet it % kOctets (the
+// same in all of them) and word rest = it / kOctets of the staged rows, row
+// rest / pairs, word q = rest % pairs. The row and word are found by one division per
+// call and then carried from item to item (rest grows by kThreads / kOctets = 128,
+// less than 2 x pairs), with the global offset of the item's row and its ring slot:
+// computed per item, the division by pairs, the 64-bit offset and the bounds tests
+// came to about 70 of the loop's 107 SASS instructions an item (bf16, one image a
+// strip, docs/perf-notes.md, nineteenth session). The image bounds become ranges of
+// rows and of words, computed once. Two items are loaded before either is stored.
 template <typename T, bool kVec, bool kPrologue, bool kNarrow>
 __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __restrict__ x, const DwConvParams& p,
                                             const MmaFwdGrid& g, int row_begin, int row_end,
                                             const FwdPrologue& prologue) {
   using Tr = MmaFwdTraits;
+  constexpr int kRestStep = Tr::kThreads / Tr::kOctets;
+  static_assert(Tr::kThreads % Tr::kOctets == 0, "a thread stages one channel octet");
+  // pairs >= 72 (make_mma_fwd_grid: a tile row holds at least 9 + 128 columns, or 2 or
+  // 4 images of 9 + 64 or 9 + 32), so one step crosses at most two rows.
+  static_assert(kRestStep < 2 * 72, "advance() wraps the word at most twice");
   const BlockTile t = BlockTile::current<kNarrow>(g, 0);
-  const int64_t ih0 = t.oh0 - p.pad_top, iw0 = t.col0 - p.pad_left;
-  const int64_t channel_base = t.channel_base;
   const int pairs = g.tile_cols / 2;
   const int plane_w = g.x_plane / 2;
-  const int slot_begin = row_begin % g.tile_rows;
-  const int items = (row_end - row_begin) * pairs * Tr::kOctets;
-  // A thread's items are kThreads apart, so its channel octet is the same in all of
-  // them: its scales and shifts are loaded once per staging pass.
-  static_assert(Tr::kThreads % Tr::kOctets == 0, "a thread stages one channel octet");
-  ChannelAffine<8> affine;
-  if constexpr (kPrologue) affine.load(prologue, channel_base + 8 * (threadIdx.x % Tr::kOctets), p.channels);
-#pragma unroll 1
-  for (int it = threadIdx.x; it < items; it += Tr::kThreads) {
-    // Octet fastest: the lanes of one pixel read its 32 contiguous bytes together.
-    const int octet = it % Tr::kOctets;
-    const int rest = it / Tr::kOctets;
-    // Word q of tile row i is word q - sub * sub_pairs of image t.n + sub.
-    int q, row, sub;  // row: ring row - row_begin
-    if constexpr (kNarrow) {
-      // rest = (row * split + sub) * sub_pairs + word within the image: one division
-      // by sub_pairs, where q = rest % pairs with i = rest / pairs, then
-      // sub = q / sub_pairs, took two.
-      const int unit = rest / g.sub_pairs;
-      const int log2_split = 4 - g.sub_shift;
-      row = unit >> log2_split;
-      sub = unit & ((1 << log2_split) - 1);
-      q = rest - row * pairs;
-    } else {
-      row = rest / pairs;
-      q = rest - row * pairs;
-      sub = 0;
+  const int rows = row_end - row_begin;
+  const int items = rows * pairs * Tr::kOctets;
+  const int octet = int(threadIdx.x % Tr::kOctets);
+  const int64_t c = t.channel_base + 8 * octet;
+  const bool channel_ok = c < p.channels;
+  // Staged row r is input row ih_first + r; its rows [row_lo, row_hi) are in the image.
+  const int64_t ih_first = t.oh0 - p.pad_top + row_begin;
+  const int row_lo = int(min(max(-ih_first, int64_t(0)), int64_t(rows)));
+  const int row_hi = int(max(min(p.in_h - ih_first, int64_t(rows)), int64_t(row_lo)));
+  // Word j of an image's sub-row holds input columns iw0 + 2j and iw0 + 2j + 1; the
+  // first is in the image for j in [lo0, hi0), the second for j in [lo1, hi1)
+  // (>> 1 is floor division by 2 on the signed values).
+  const int64_t iw0 = t.col0 - p.pad_left;
+  auto clamp_word = [&](int64_t j) { return int(min(max(j, int64_t(0)), int64_t(g.sub_pairs))); };
+  const int lo0 = clamp_word(-(iw0 >> 1)), hi0 = clamp_word(((p.in_w - 1 - iw0) >> 1) + 1);
+  const int lo1 = clamp_word(-((iw0 + 1) >> 1)), hi1 = clamp_word(((p.in_w - 2 - iw0) >> 1) + 1);
+  // Images of the strip that exist (kNarrow: the last strip may hold fewer).
+  const int images = kNarrow ? int(min(p.batch - t.n, int64_t(4))) : 1;
+  const int64_t row_stride = p.in_w * p.channels;
+  const int64_t image_stride = p.in_h * row_stride;
+  const int64_t pair_stride = 2 * p.channels;
+
+  int rest = int(threadIdx.x / Tr::kOctets);
+  int row = rest / pairs;
+  int q = rest - row * pairs;
+  int slot = wrap_slot(row_begin % g.tile_rows + row, g.tile_rows);
+  // Offset of word 0 of image t.n in staged row `row`, channel c (outside the tensor
+  // for rows outside the image; only valid items are read).
+  int64_t row_offset = ((t.n * p.in_h + ih_first + row) * p.in_w + iw0) * p.channels + c;
+  auto advance = [&]() {
+    q += kRestStep;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      if (q >= pairs) {
+        q -= pairs;
+        ++row;
+        row_offset += row_stride;
+        slot = slot + 1 == g.tile_rows ? 0 : slot + 1;
+      }
     }
-    const int64_t n = t.n + sub;
-    const int64_t ih = ih0 + row_begin + row;
-    const int slot = wrap_slot(slot_begin + row, g.tile_rows);
-    const int64_t iw = iw0 + 2 * (q - sub * g.sub_pairs);
-    const int64_t c = channel_base + 8 * octet;
-    const bool row_ok = (!kNarrow || n < p.batch) && ih >= 0 && ih < p.in_h && c < p.channels;
-    const bool ok0 = row_ok && iw >= 0 && iw < p.in_w;
-    const bool ok1 = row_ok && iw + 1 >= 0 && iw + 1 < p.in_w;
-    const int64_t offset = ((n * p.in_h + ih) * p.in_w + iw) * p.channels + c;
+  };
+  ChannelAffine<8> affine;
+  if constexpr (kPrologue) affine.load(prologue, c, p.channels);
+
+  struct Item {
     uint32_t v0[4], v1[4];
-    load8<kVec>(ok0 ? x + offset : x, ok0, p.channels - c, v0);
-    load8<kVec>(ok1 ? x + offset + p.channels : x, ok1, p.channels - c, v1);
+    bool ok0, ok1;
+    uint32_t* dst;
+  };
+  // The current item's loads; the stores wait in store().
+  auto load = [&](Item& item) {
+    int sub = 0, j = q;  // word q of the tile row is word j of image t.n + sub
+    if constexpr (kNarrow) {
+#pragma unroll
+      for (int k = 1; k < 4; ++k) {
+        if (j >= g.sub_pairs) {
+          j -= g.sub_pairs;
+          ++sub;
+        }
+      }
+    }
+    const bool row_ok = channel_ok && row >= row_lo && row < row_hi && (!kNarrow || sub < images);
+    item.ok0 = row_ok && j >= lo0 && j < hi0;
+    item.ok1 = row_ok && j >= lo1 && j < hi1;
+    const int64_t offset = row_offset + (kNarrow ? sub * image_stride : 0) + j * pair_stride;
+    load8<kVec>(item.ok0 ? x + offset : x, item.ok0, p.channels - c, item.v0);
+    load8<kVec>(item.ok1 ? x + offset + p.channels : x, item.ok1, p.channels - c, item.v1);
+    item.dst = xs + 8 * octet * plane_w + slot * pairs + q;
+  };
+  auto store = [&](Item& item) {
     if constexpr (kPrologue) {
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        if (ok0) v0[k] = prologue_word<T>(affine, prologue.activation, v0[k], k);
-        if (ok1) v1[k] = prologue_word<T>(affine, prologue.activation, v1[k], k);
+        if (item.ok0) item.v0[k] = prologue_word<T>(affine, prologue.activation, item.v0[k], k);
+        if (item.ok1) item.v1[k] = prologue_word<T>(affine, prologue.activation, item.v1[k], k);
       }
     }
-    uint32_t* dst = xs + 8 * octet * plane_w + slot * pairs + q;
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      dst[k * plane_w] = pack_channel(v0, v1, k);
-    }
+    for (int k = 0; k < 8; ++k) item.dst[k * plane_w] = pack_channel(item.v0, item.v1, k);
+  };
+  int it = int(threadIdx.x);
+#pragma unroll 1
+  for (; it + Tr::kThreads < items; it += 2 * Tr::kThreads) {
+    Item a, b;
+    load(a);
+    advance();
+    load(b);
+    advance();
+    store(a);
+    store(b);
+  }
+  if (it < items) {
+    Item a;
+    load(a);
+    store(a);
   }
 }
 
