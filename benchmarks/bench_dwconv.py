@@ -9,10 +9,13 @@ rotated among enough copies to defeat the L2 cache. Writes a CSV with
 provenance under --out and prints a table last. --resume CSV appends to an
 earlier run's CSV and skips the points it holds, so a run longer than one call on
 the GPU machine goes on across calls (keep the CSV in build/, which a warm machine
-keeps, and copy it to $OUT after each call).
+keeps, and copy it to $OUT after each call). --stop-after SECONDS starts no point
+that would run past SECONDS (judged by the last point's wall time), so that a call's
+time limit does not cut a point short and waste its XLA autotuning.
 
   python benchmarks/bench_dwconv.py --mode fwd --dtype float32 --shapes paper models
-  python benchmarks/bench_dwconv.py --dtype bfloat16 --shapes paper --resume build/bench/bf16.csv
+  python benchmarks/bench_dwconv.py --dtype bfloat16 --shapes paper --resume build/bench/bf16.csv \
+      --stop-after 540
 """
 
 from __future__ import annotations
@@ -203,6 +206,10 @@ def main(argv=None):
                       help="append to this CSV from an earlier run, skipping the points it already holds")
   parser.add_argument("--skip-xla", action="store_true",
                       help="time jax_flashdwc only (while tuning; published results always include XLA)")
+  parser.add_argument("--stop-after", type=float, default=None, metavar="SECONDS",
+                      help="start no point once SECONDS have passed, or where the last point's wall time "
+                           "would pass them; with --resume the next call times the rest (a GPU machine's "
+                           "per-call limit would otherwise cut a point and its XLA autotuning short)")
   parser.add_argument("--compilation-cache", default=None, metavar="DIR",
                       help="JAX's persistent compilation cache; a later run with the same DIR (another call "
                            "on the GPU machine, DIR carried back) loads the compiled functions instead of "
@@ -243,6 +250,14 @@ def main(argv=None):
   if rows:  # a resumed CSV keeps its own columns (older ones lack the sample counts)
     fields = list(rows[0].keys())
   key = jax.random.key(int.from_bytes(os.urandom(4), "little"))
+  run_start, last_point_seconds, stopped = time.perf_counter(), 0.0, False
+
+  def out_of_time():
+    # The last point's wall time stands for the next one's: points come map by map in
+    # growing k, so it is an underestimate within a map and an overestimate across.
+    return (args.stop_after is not None and
+            time.perf_counter() - run_start + last_point_seconds > args.stop_after)
+
   with open(path, "a" if rows else "w", newline="") as f:
     writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
     if not rows:
@@ -256,6 +271,12 @@ def main(argv=None):
         for case in cases:
           if (mode, dtype_name, case.name) in done:
             continue
+          if out_of_time():
+            if not stopped:
+              print(f"stopping after {time.perf_counter() - run_start:.0f} s (--stop-after {args.stop_after:g}); "
+                    f"--resume {path} times the rest", flush=True)
+            stopped = True
+            break
           kwargs = dict(strides=case.strides, padding=case.padding, kernel_dilation=case.dilation)
           ours, xla = make_fn(mode, None, kwargs), make_fn(mode, "xla", kwargs)
           y_shape = jax.eval_shape(partial(depthwise_conv2d, **kwargs),
@@ -286,6 +307,7 @@ def main(argv=None):
                 f"{flops / t_ours / 1e12:7.2f} TF/s {nbytes / t_ours / 1e9:7.0f} GB/s | xla {t_xla*1e3:9.3f} ms "
                 f"| x{t_xla / t_ours:6.2f} err {err:.1e} {gate} ({time.perf_counter() - point_start:.0f} s)",
                 flush=True)
+          last_point_seconds = time.perf_counter() - point_start
 
   print(f"\nwrote {path}  ({prov['gpu']}, driver {prov['driver']}, jax {prov['jax_version']}, "
         f"commit {prov['commit']})")
