@@ -77,6 +77,9 @@ TEST_CASES = [
     # tensor cores): 4-wide and 2-wide outputs, and a 9-tall filter.
     ConvCase("rows_k7_c128", 2, 15, 70, 128, 7, 7),
     ConvCase("rows_k9x7_c64_narrow", 1, 20, 28, 64, 9, 7),
+    # fp16/bf16 on maps at most 32 wide take two images a strip: an odd batch (the last
+    # strip's second image is past it) and a ragged second 64-channel block.
+    ConvCase("rows_k5_c72_w30_n3_pairs", 3, 11, 30, 72, 5, 5),
     # The row-stream filter gradient (whole 64-channel blocks in fp16/bf16, 32 in fp32;
     # outputs at least 32 wide; KH <= 7): a 7x3 filter (two column segments), VALID
     # over two 64-column strips, and the 32-column strip in both precisions.
@@ -127,6 +130,8 @@ FUSION_CASES = [
     # wide) and two row blocks at k = 3, 2 outputs a thread at k = 5.
     ConvCase("k3_c32_w40", 2, 19, 40, 32, 3, 3),
     ConvCase("k5_c16", 1, 9, 12, 16, 5, 5),
+    # fp16/bf16 at most 32 wide over an odd batch: two images a strip with a prologue.
+    ConvCase("k3_c64_w24_n3", 3, 9, 24, 64, 3, 3),
 ]
 
 # Small enough for numerical differentiation.

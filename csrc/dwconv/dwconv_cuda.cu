@@ -79,9 +79,11 @@ cudaError_t launch_fwd_gemv_stride(const DwConvParams& p, const T* x, const T* w
              : launch_fwd_gemv<T, kStride, false, false>(p, x, w, y, stream, epilogue, prologue);
 }
 
-// Row-stream kernel sizes. Outputs per thread: 4 (64-column strips), or 2 where
-// the output is at most 32 wide, so that narrow images do not leave half of every
-// strip idle. Blocks: enough for several waves on an H200 (132 SMs, up to 4
+// Row-stream kernel sizes. Outputs per thread: 4 (64-column strips), or where the
+// output is at most 32 wide, so that narrow images do not leave half of every strip
+// idle, two images a strip at 4 (fp16/bf16 over at least two images; fwd_rowstream.cuh)
+// or one image at 2 (fp32, whose 32-wide maps ran as fast as its 64-wide ones per
+// output at k = 3 on the H200: 0.355 and 0.356 ms, eaaae13; and single images). Blocks: enough for several waves on an H200 (132 SMs, up to 4
 // resident blocks of 128 threads each), in runs of at least 16 output rows so that the
 // KH - 1 halo rows a block reads twice stay a small fraction.
 constexpr int64_t kRowStreamTargetBlocks = 2048;
@@ -89,33 +91,35 @@ constexpr int64_t kRowStreamMinRows = 16;
 constexpr int64_t kRowStreamMaxKernelH = 9;
 constexpr int64_t kRowStreamNarrowWidth = 32;
 
-template <typename T, int kTM, int kKW, bool kPrologue>
+template <typename T, int kTM, int kKW, bool kPrologue, int kImages>
 cudaError_t launch_fwd_rowstream(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
                                  const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
   using Tr = RowStreamTraits<T, kTM>;
   RowStreamGrid grid;
-  grid.strips = (p.out_w + Tr::kStripWidth - 1) / Tr::kStripWidth;
+  constexpr int64_t kSubWidth = Tr::kStripWidth / kImages;
+  const int64_t image_groups = (p.batch + kImages - 1) / kImages;
+  grid.strips = (p.out_w + kSubWidth - 1) / kSubWidth;
   grid.channel_blocks = (p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels;
-  const int64_t base = std::max<int64_t>(p.batch * grid.strips * grid.channel_blocks, 1);
+  const int64_t base = std::max<int64_t>(image_groups * grid.strips * grid.channel_blocks, 1);
   const int64_t row_blocks = std::clamp<int64_t>((kRowStreamTargetBlocks + base - 1) / base, 1, p.out_h);
   grid.rows_per_block = std::max((p.out_h + row_blocks - 1) / row_blocks, std::min(p.out_h, kRowStreamMinRows));
   grid.row_blocks = (p.out_h + grid.rows_per_block - 1) / grid.rows_per_block;
   grid.ring_rows = int(p.kernel_h) + Tr::kPrefetchRows;
-  const size_t smem = size_t(rowstream_smem_bytes<T, kTM>(p.kernel_h, kKW));
-  auto kernel = dwconv_fwd_rowstream_kernel<T, kTM, kKW, kPrologue>;
+  const size_t smem = size_t(rowstream_smem_bytes<T, kTM, kImages>(p.kernel_h, kKW));
+  auto kernel = dwconv_fwd_rowstream_kernel<T, kTM, kKW, kPrologue, kImages>;
   if (cudaError_t err = allow_dynamic_smem(kernel, size_t(smem)); err != cudaSuccess) return err;
-  const unsigned blocks = unsigned(p.batch * grid.strips * grid.row_blocks * grid.channel_blocks);
+  const unsigned blocks = unsigned(image_groups * grid.strips * grid.row_blocks * grid.channel_blocks);
   kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, w, y, p, grid, epilogue, prologue);
   return cudaGetLastError();
 }
 
-template <typename T, int kTM, bool kPrologue>
+template <typename T, int kTM, bool kPrologue, int kImages = 1>
 cudaError_t launch_fwd_rowstream_width(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
                                        const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
   switch (p.kernel_w) {
-    case 3: return launch_fwd_rowstream<T, kTM, 3, kPrologue>(p, x, w, y, stream, epilogue, prologue);
-    case 5: return launch_fwd_rowstream<T, kTM, 5, kPrologue>(p, x, w, y, stream, epilogue, prologue);
-    default: return launch_fwd_rowstream<T, kTM, 7, kPrologue>(p, x, w, y, stream, epilogue, prologue);
+    case 3: return launch_fwd_rowstream<T, kTM, 3, kPrologue, kImages>(p, x, w, y, stream, epilogue, prologue);
+    case 5: return launch_fwd_rowstream<T, kTM, 5, kPrologue, kImages>(p, x, w, y, stream, epilogue, prologue);
+    default: return launch_fwd_rowstream<T, kTM, 7, kPrologue, kImages>(p, x, w, y, stream, epilogue, prologue);
   }
 }
 
@@ -124,6 +128,17 @@ template <typename T>
 cudaError_t launch_fwd_rowstream_any(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
                                      const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
   const bool narrow = p.out_w <= kRowStreamNarrowWidth;
+  if constexpr (!std::is_same_v<T, float>) {
+    // Two images a strip only where two blocks still fit on an SM: their rings are
+    // twice as wide as the one-image kTM = 2 ones (k = 7: 100 KB a block at KH = 7,
+    // 2 an SM; 123 KB at KH = 9, which would leave one block of 4 warps).
+    const DeviceLimits d = device_limits();
+    const int64_t two_image_bytes = rowstream_smem_bytes<T, 4, 2>(p.kernel_h, p.kernel_w);
+    if (narrow && p.batch >= 2 && 2 * (two_image_bytes + d.smem_reserved_per_block) <= d.smem_per_sm) {
+      return prologue.active() ? launch_fwd_rowstream_width<T, 4, true, 2>(p, x, w, y, stream, epilogue, prologue)
+                               : launch_fwd_rowstream_width<T, 4, false, 2>(p, x, w, y, stream, epilogue, prologue);
+    }
+  }
   if (prologue.active()) {
     return narrow ? launch_fwd_rowstream_width<T, 2, true>(p, x, w, y, stream, epilogue, prologue)
                   : launch_fwd_rowstream_width<T, 4, true>(p, x, w, y, stream, epilogue, prologue);

@@ -16,6 +16,16 @@
 // one image and strip; the input rows travel through a ring of KH + kPrefetchRows
 // slots.
 //
+// Two images a strip (kImages = 2, fp16/bf16 on maps at most 32 wide): the strip's
+// 64 columns are the same 32 columns of images n and n + 1, column threads 0-7 on
+// the first and 8-15 on the second, each image's columns a sub-row of the ring with
+// its own KW - 1 halo. Why: with one image a strip, a map at most 32 wide ran 2
+// outputs a thread (kTM = 2), so every input column read from shared memory served
+// (2 + KW - 1) / 2 outputs instead of (4 + KW - 1) / 4, and each filter tap 2 instead
+// of 4; bf16 128x32x32x1024 took 0.189, 0.402 and 0.745 ms at k = 3, 5 and 7
+// against 0.167, 0.316 and 0.562 ms for the same outputs on 128x64x64x256 at kTM = 4
+// (H200, docs/perf-notes.md, twentieth session).
+//
 // Prologue (epilogue.h, kPrologue): each thread applies it to the chunks it copied,
 // once a row has landed and before the barrier that publishes the row, so every
 // input element is transformed once per block; padding chunks stay zero. Applied
@@ -67,10 +77,10 @@ struct RowStreamGrid {
 
 // Bytes of dynamic shared memory: the ring of input rows, then the filter slice
 // (always fp32, see the kernel).
-template <typename T, int kTM>
+template <typename T, int kTM, int kImages>
 constexpr int64_t rowstream_smem_bytes(int64_t kernel_h, int64_t kernel_w) {
   using Tr = RowStreamTraits<T, kTM>;
-  const int64_t row_bytes = (Tr::kStripWidth + kernel_w - 1) * Tr::kBlockChannels * int64_t(sizeof(T));
+  const int64_t row_bytes = (Tr::kStripWidth + kImages * (kernel_w - 1)) * Tr::kBlockChannels * int64_t(sizeof(T));
   return (kernel_h + Tr::kPrefetchRows) * row_bytes + kernel_h * kernel_w * Tr::kBlockChannels * int64_t(sizeof(float));
 }
 
@@ -90,13 +100,17 @@ __device__ __forceinline__ void load_filter_tap_shared(const float* w_row, float
 
 // 4 resident blocks per SM cap the registers at 128: fp16/bf16 with kTM = 4 took
 // 168 (ptxas, uncapped at 3 blocks) and fit in 124-127 capped, without spill.
-template <typename T, int kTM, int kKW, bool kPrologue>
+template <typename T, int kTM, int kKW, bool kPrologue, int kImages>
 __global__ void __launch_bounds__(RowStreamTraits<T, kTM>::kThreads, 4)
 dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
                             DwConvParams p, RowStreamGrid grid, FwdEpilogue epilogue, FwdPrologue prologue) {
   using Tr = RowStreamTraits<T, kTM>;
   constexpr int kWidth = Tr::kChannelsPerThread;
-  constexpr int kRowColumns = Tr::kStripWidth + kKW - 1;
+  static_assert(kImages == 1 || kImages == 2, "one or two images a strip");
+  constexpr int kSubWidth = Tr::kStripWidth / kImages;    // output columns of one image
+  constexpr int kSubColumns = kSubWidth + kKW - 1;         // its input columns
+  constexpr int kImageThreads = Tr::kColumnThreads / kImages;
+  constexpr int kRowColumns = kImages * kSubColumns;
   constexpr int kRowElems = kRowColumns * Tr::kBlockChannels;
   constexpr int kRowChunks = kRowColumns * Tr::kChannelGroups;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -114,9 +128,9 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
   const int64_t spatial = int64_t(blockIdx.x) / grid.channel_blocks;
   const int64_t strip = spatial % grid.strips;
   const int64_t row_block = (spatial / grid.strips) % grid.row_blocks;
-  const int64_t n = spatial / (grid.strips * grid.row_blocks);
+  const int64_t n = spatial / (grid.strips * grid.row_blocks) * kImages;  // the strip's first image
   const int64_t channel_base = (int64_t(blockIdx.x) % grid.channel_blocks) * Tr::kBlockChannels;
-  const int64_t ow_begin = strip * Tr::kStripWidth;
+  const int64_t ow_begin = strip * kSubWidth;
   const int64_t row_begin = row_block * grid.rows_per_block;
   const int64_t row_end = min(row_begin + grid.rows_per_block, p.out_h);
   const int rows = int(row_end - row_begin);
@@ -132,15 +146,21 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
   // took about 37 SASS instructions per 16-byte copy (bf16, kTM 4, KW 3: 142 per 4
   // copies), about 18% of a row's instructions at k = 3, where the seventh session's
   // profile found the narrow strips bound by integer instructions.
+  // With two images a strip, bit i of second_image says that copy i is of image n + 1
+  // (invalid past the batch).
   constexpr int kCopies = (kRowChunks + Tr::kThreads - 1) / Tr::kThreads;
   int copy_offset[kCopies];
+  unsigned second_image = 0;
 #pragma unroll
   for (int i = 0; i < kCopies; ++i) {
     const int q = threadIdx.x + i * Tr::kThreads;
-    const int64_t iw = iw_begin + q / Tr::kChannelGroups;
+    const int col = q / Tr::kChannelGroups;
+    const int image = col / kSubColumns;
+    const int64_t iw = iw_begin + col % kSubColumns;
     const int64_t c = channel_base + (q % Tr::kChannelGroups) * kWidth;
-    const bool valid = q < kRowChunks && iw >= 0 && iw < p.in_w && c < p.channels;
+    const bool valid = q < kRowChunks && iw >= 0 && iw < p.in_w && c < p.channels && n + image < p.batch;
     copy_offset[i] = valid ? int(iw * p.channels + c) : -1;
+    second_image |= unsigned(image) << i;
   }
 
   // Input row j into ring slot `slot`: 16-byte copies, zero-filled outside the image
@@ -150,13 +170,15 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
     const int64_t ih = ih_begin + j;
     const bool row_inside = ih >= 0 && ih < p.in_h;
     T* slot_row = ring + int64_t(slot) * kRowElems + threadIdx.x * kWidth;
+    const int64_t image_elems = p.in_h * p.in_w * p.channels;
     const T* x_row = x + (n * p.in_h + (row_inside ? ih : 0)) * p.in_w * p.channels;
 #pragma unroll
     for (int i = 0; i < kCopies; ++i) {
       // Only the last round can run past the row's chunks.
       if (i == kCopies - 1 && threadIdx.x + i * Tr::kThreads >= kRowChunks) break;
       const bool valid = row_inside && copy_offset[i] >= 0;
-      cp_async<16>(slot_row + i * Tr::kThreads * kWidth, valid ? x_row + copy_offset[i] : x, valid);
+      const T* src = x_row + ((second_image >> i) & 1u ? image_elems : 0) + copy_offset[i];
+      cp_async<16>(slot_row + i * Tr::kThreads * kWidth, valid ? src : x, valid);
     }
   };
 
@@ -221,7 +243,10 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
       Vec16<T>::store(chunk, v);
     }
   };
-  const int64_t ow0 = ow_begin + column_thread * kTM;
+  const int image = column_thread / kImageThreads;
+  const int ring_col = image * kSubColumns + (column_thread % kImageThreads) * kTM;  // first input column
+  const int64_t ow0 = ow_begin + (column_thread % kImageThreads) * kTM;
+  const bool image_valid = n + image < p.batch;
   const float* w_thread = w_smem + group * 4;
 
   float bias[kWidth] = {};
@@ -261,7 +286,7 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
       for (int i = 0; i < kWidth; ++i) acc[t][i] = 0.0f;
     int slot = first_slot;
     for (int kh = 0; kh < kernel_h; ++kh, slot = slot + 1 == grid.ring_rows ? 0 : slot + 1) {
-      const T* row = ring + int64_t(slot) * kRowElems + (column_thread * kTM) * Tr::kBlockChannels + group * kWidth;
+      const T* row = ring + int64_t(slot) * kRowElems + ring_col * Tr::kBlockChannels + group * kWidth;
       const float* w_row = w_thread + kh * kKW * Tr::kBlockChannels;
       // Width-first window as in gemv_row: at tap kw, slot (kw + j) % kTM holds
       // column kw + j; output t reads column kw + t.
@@ -280,14 +305,14 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
       }
     }
 
-    if (!channels_valid) continue;
+    if (!channels_valid || !image_valid) continue;
     if (epilogue.active()) {
 #pragma unroll
       for (int t = 0; t < kTM; ++t)
 #pragma unroll
         for (int i = 0; i < kWidth; ++i) acc[t][i] = apply_activation(epilogue.activation, acc[t][i] + bias[i]);
     }
-    T* y_row = y + ((n * p.out_h + row_begin + o) * p.out_w + ow0) * p.channels + c0;
+    T* y_row = y + (((n + image) * p.out_h + row_begin + o) * p.out_w + ow0) * p.channels + c0;
 #pragma unroll
     for (int t = 0; t < kTM; ++t) {
       if (ow0 + t < p.out_w) Vec16<T>::store_global(y_row + t * p.channels, acc[t]);
