@@ -56,12 +56,12 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("mode", choices=MODES)
   parser.add_argument("dtype", choices=sorted(DTYPES))
-  parser.add_argument("shape", type=int, nargs=5, metavar=("N", "H", "W", "C", "K"),
-                      help="batch, height, width, channels, and k of a k x k filter")
+  for name, what in (("n", "batch"), ("h", "height"), ("w", "width"), ("c", "channels"), ("k", "k of a k x k filter")):
+    parser.add_argument(name, type=int, help=what)
   parser.add_argument("--implementation", choices=("flashdwc", "xla"), default="xla")
   parser.add_argument("--stride", type=int, default=1)
   args = parser.parse_args(argv)
-  n, h, w, c, k = args.shape
+  n, h, w, c, k = args.n, args.h, args.w, args.c, args.k
   case = ConvCase(f"profile_{n}x{h}x{w}x{c}_k{k}", n, h, w, c, k, k, strides=args.stride)
   dtype = DTYPES[args.dtype]
   # As bench_dwconv.py times them: ours through the default dispatch, XLA's named.
