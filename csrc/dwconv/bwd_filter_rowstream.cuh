@@ -137,32 +137,62 @@ dwconv_bwd_filter_rowstream_kernel(const T* __restrict__ x, const T* __restrict_
   const int input_rows = rows + kernel_h - 1;
 
   // 16-byte copies, zero-filled outside the image, past the last output column and
-  // past C (C is a multiple of kWidth, so a channel group is whole or absent).
+  // past C (C is a multiple of kWidth, so a channel group is whole or absent). Thread
+  // t copies channel group t % 8 of columns t / 8, t / 8 + 16, ...: its offsets and
+  // which of its columns are inside are set once here, so that a row adds only its
+  // base. Before, each 16-byte copy recomputed its column, channel and bounds, and the
+  // copies took about half of the kernel's instructions at k = 3 (Nsight Compute on the
+  // H200, fp32 128x128x128x128: 59% of issue slots used, 2.9 warps a scheduler).
+  constexpr int kColumnsPerPass = Tr::kThreads / Tr::kChannelGroups;  // 16
+  constexpr int kXPasses = (kXColumns + kColumnsPerPass - 1) / kColumnsPerPass;
+  constexpr int kDyPasses = kStrip / kColumnsPerPass;
+  static_assert(kStrip % kColumnsPerPass == 0 && kXPasses <= 32, "a pass is 16 whole columns");
+  const int copy_col = threadIdx.x / Tr::kChannelGroups;
+  const int64_t copy_c = channel_base + (threadIdx.x % Tr::kChannelGroups) * kWidth;
+  const bool channels_inside = copy_c < p.channels;
+  unsigned x_valid = 0, dy_valid = 0;  // bit i: the column of pass i is inside
+#pragma unroll
+  for (int i = 0; i < kXPasses; ++i) {
+    const int64_t iw = iw_begin + copy_col + i * kColumnsPerPass;
+    if (channels_inside && iw >= 0 && iw < p.in_w) x_valid |= 1u << i;
+  }
+#pragma unroll
+  for (int i = 0; i < kDyPasses; ++i) {
+    if (channels_inside && ow_begin + copy_col + i * kColumnsPerPass < p.out_w) dy_valid |= 1u << i;
+  }
+  const int64_t x_thread = (iw_begin + copy_col) * p.channels + copy_c;  // added only where valid
+  const int64_t dy_thread = (ow_begin + copy_col) * p.channels + copy_c;
+  const int64_t pass_stride = kColumnsPerPass * p.channels;
+  // The rows are loaded in order, so the ring slots they go to are kept by increments.
+  int x_load_slot = 0, dy_load_slot = 0;
   auto load_x_row = [&](int j) {
     if (j >= input_rows) return;
     const int64_t ih = ih_begin + j;
     const bool row_inside = ih >= 0 && ih < p.in_h;
-    T* slot = x_ring + int64_t(j % grid.x_ring) * kXRowElems;
+    T* slot = x_ring + x_load_slot * kXRowElems + threadIdx.x * kWidth;
     const T* x_row = x + (n * p.in_h + (row_inside ? ih : 0)) * p.in_w * p.channels;
-    for (int q = threadIdx.x; q < kXColumns * Tr::kChannelGroups; q += Tr::kThreads) {
-      const int col = q / Tr::kChannelGroups, grp = q % Tr::kChannelGroups;
-      const int64_t iw = iw_begin + col;
-      const int64_t c = channel_base + grp * kWidth;
-      const bool valid = row_inside && iw >= 0 && iw < p.in_w && c < p.channels;
-      cp_async<16>(slot + q * kWidth, valid ? x_row + iw * p.channels + c : x, valid);
-    }
+    static_for<0, kXPasses>([&](auto pass) {
+      constexpr int kPass = decltype(pass)::value;
+      // Only the last pass may reach past the row's kXColumns columns.
+      if ((kPass + 1) * kColumnsPerPass <= kXColumns || copy_col + kPass * kColumnsPerPass < kXColumns) {
+        const bool valid = row_inside && (x_valid >> kPass & 1u);
+        cp_async<16>(slot + kPass * Tr::kThreads * kWidth, valid ? x_row + (x_thread + kPass * pass_stride) : x,
+                     valid);
+      }
+    });
+    x_load_slot = x_load_slot + 1 == grid.x_ring ? 0 : x_load_slot + 1;
   };
   auto load_dy_row = [&](int o) {
     if (o >= rows) return;
-    T* slot = dy_ring + int64_t(o % Tr::kDyRing) * kDyRowElems;
+    T* slot = dy_ring + dy_load_slot * kDyRowElems + threadIdx.x * kWidth;
     const T* dy_row = dy + (n * p.out_h + row_begin + o) * p.out_w * p.channels;
-    for (int q = threadIdx.x; q < kStrip * Tr::kChannelGroups; q += Tr::kThreads) {
-      const int col = q / Tr::kChannelGroups, grp = q % Tr::kChannelGroups;
-      const int64_t ow = ow_begin + col;
-      const int64_t c = channel_base + grp * kWidth;
-      const bool valid = ow < p.out_w && c < p.channels;
-      cp_async<16>(slot + q * kWidth, valid ? dy_row + ow * p.channels + c : dy, valid);
-    }
+    static_for<0, kDyPasses>([&](auto pass) {
+      constexpr int kPass = decltype(pass)::value;
+      const bool valid = dy_valid >> kPass & 1u;
+      cp_async<16>(slot + kPass * Tr::kThreads * kWidth, valid ? dy_row + (dy_thread + kPass * pass_stride) : dy,
+                   valid);
+    });
+    dy_load_slot = dy_load_slot + 1 == Tr::kDyRing ? 0 : dy_load_slot + 1;
   };
 
   // Commit groups 0 .. x_ring - 2 hold input rows 0 .. x_ring - 2, and the first

@@ -25,6 +25,26 @@ def direct(x, dy, kh_, kw_, pad_top, pad_left):
   return dw
 
 
+def check_copy_passes(strip, kw_):
+  """Thread t copies channel group t % 8 of columns t / 8 + 16 i (the kernel's passes):
+  every (column, group) of a row once, into slot element t + 128 i, none past the row."""
+  x_cols = strip + kw_ - 1
+  for columns in (x_cols, strip):
+    passes = -(-columns // (THREADS // GROUPS))
+    seen = {}
+    for t in range(THREADS):
+      col0, grp = t // GROUPS, t % GROUPS
+      for i in range(passes):
+        col = col0 + i * (THREADS // GROUPS)
+        if col >= columns:  # the kernel skips this copy (last pass only)
+          assert i == passes - 1
+          continue
+        q = t + i * THREADS
+        assert q == col * GROUPS + grp and q not in seen
+        seen[q] = (col, grp)
+    assert len(seen) == columns * GROUPS
+
+
 def model(x, dy, kh_, kw_, pad_top, pad_left, width):
   n_, in_h, in_w, channels = x.shape
   _, out_h, out_w, _ = dy.shape
@@ -137,6 +157,9 @@ def main():
       (1, 7, 9, 8, 7, 7, 6, 0, 7, 3, 8),        # padding above only, wide filter over a small map
       (3, 6, 40, 24, 2, 3, 1, 1, 6, 40, 8),     # even KH, 24 channels: a partial channel block
   ]
+  for strip in (32, 64):
+    for kw in (3, 5, 7):
+      check_copy_passes(strip, kw)
   for n, h, w, c, kh, kw, pt, pl, oh, ow, width in cases:
     x = rng.uniform(-1, 1, (n, h, w, c))
     dy = rng.uniform(-1, 1, (n, oh, ow, c))
