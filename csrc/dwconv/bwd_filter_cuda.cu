@@ -134,7 +134,8 @@ bool bwd_filter_rowstream_applies(const DwConvParams& p, bool half_precision) {
   return p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1 &&
          (p.kernel_w == 3 || p.kernel_w == 5 || p.kernel_w == 7) && p.kernel_h >= 1 &&
          p.kernel_h <= kBwdFilterRowStreamTimedKernelH && p.out_w >= kBwdFilterRowStreamMinOutW &&
-         p.channels % block_channels == 0 && most_blocks <= INT32_MAX / std::max<int64_t>(channel_blocks, 1);
+         p.channels % block_channels == 0 && most_blocks <= INT32_MAX / std::max<int64_t>(channel_blocks, 1) &&
+         p.batch * (p.out_h + p.kernel_h - 1) <= INT32_MAX;  // the row sequence's length, an int per block
 }
 
 // fp32 at stride 1 takes the forward-as-filter-gradient kernel (bwd_filter_gemv.cuh)

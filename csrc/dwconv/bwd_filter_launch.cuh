@@ -196,11 +196,21 @@ cudaError_t launch_bwd_filter_gemv(const DwConvParams& p, const float* x, const 
 }
 
 // Row-stream blocks: strips of 64 output columns, or 32 where the output is at most
-// 32 wide (so that a narrow map does not leave half of every strip idle), in runs of
-// at least 16 output rows (the KH - 1 halo rows a block copies twice stay a small
-// fraction), enough runs for several waves of the H200's 132 SMs.
-inline constexpr int64_t kBwdFilterRowStreamTargetBlocks = 2048;
+// 32 wide (so that a narrow map does not leave half of every strip idle), each taking
+// an equal run of the image sequence's rows (bwd_filter_rowstream.cuh), as many runs
+// per strip and channel block as fill every SM's resident blocks once. Before, runs
+// stayed inside one image and the grid was about 2048 blocks: 5.2 waves of the 396
+// resident on the H200 at fp32 k = 3 on 128x128x128x128 and 128x64x64x256, 10.3 on
+// 128x32x32x1024, whose last partial wave ran with most SMs idle. A run is at least
+// 16 rows, so that the KH - 1 halo rows it copies twice stay a small fraction.
 inline constexpr int64_t kBwdFilterRowStreamMinRows = 16;
+
+// The blocks of the launch: channel blocks vary fastest, then strips, then runs.
+inline int64_t bwd_filter_rowstream_runs(int64_t sequence_rows, int64_t strips_and_channel_blocks,
+                                         int64_t resident_blocks) {
+  const int64_t runs = std::max<int64_t>(resident_blocks / std::max<int64_t>(strips_and_channel_blocks, 1), 1);
+  return std::min(runs, std::max<int64_t>(sequence_rows / kBwdFilterRowStreamMinRows, 1));
+}
 
 template <typename T, int kStrip, int kKW>
 cudaError_t launch_bwd_filter_rowstream(const DwConvParams& p, const T* x, const T* dy, float* ws,
@@ -209,17 +219,25 @@ cudaError_t launch_bwd_filter_rowstream(const DwConvParams& p, const T* x, const
   BwdFilterRowStreamGrid grid;
   grid.strips = (p.out_w + kStrip - 1) / kStrip;
   grid.channel_blocks = (p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels;
-  const int64_t base = std::max<int64_t>(p.batch * grid.strips * grid.channel_blocks, 1);
-  const int64_t row_blocks = std::clamp<int64_t>((kBwdFilterRowStreamTargetBlocks + base - 1) / base, 1, p.out_h);
-  grid.rows_per_block =
-      std::max((p.out_h + row_blocks - 1) / row_blocks, std::min(p.out_h, kBwdFilterRowStreamMinRows));
-  grid.row_blocks = (p.out_h + grid.rows_per_block - 1) / grid.rows_per_block;
+  grid.image_rows = int(p.out_h + p.kernel_h - 1);
+  grid.sequence_rows = p.batch * grid.image_rows - (p.kernel_h - 1);
   grid.x_ring = int(p.kernel_h) + Tr::kPrefetchRows;
   grid.segments = Tr::kWorkers / int(p.kernel_h);
   const size_t smem = size_t(bwd_filter_rowstream_smem_bytes<T, kStrip, kKW>(p.kernel_h));
   auto kernel = dwconv_bwd_filter_rowstream_kernel<T, kStrip, kKW>;
   if (cudaError_t err = allow_dynamic_smem(kernel, smem); err != cudaSuccess) return err;
-  const unsigned blocks = unsigned(p.batch * grid.strips * grid.row_blocks * grid.channel_blocks);
+  int per_sm = 0;
+  if (cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Tr::kThreads, smem);
+      err != cudaSuccess) {
+    return err;
+  }
+  // Where the device cannot be queried, about the H200's count at k = 3.
+  const int64_t resident = per_sm * device_limits().sms;
+  const int64_t runs = bwd_filter_rowstream_runs(grid.sequence_rows, grid.strips * grid.channel_blocks,
+                                                 resident > 0 ? resident : 396);
+  grid.rows_per_block = (grid.sequence_rows + runs - 1) / runs;
+  grid.row_blocks = (grid.sequence_rows + grid.rows_per_block - 1) / grid.rows_per_block;
+  const unsigned blocks = unsigned(grid.row_blocks * grid.strips * grid.channel_blocks);
   kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, dy, ws, p, grid);
   return cudaGetLastError();
 }

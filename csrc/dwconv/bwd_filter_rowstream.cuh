@@ -9,10 +9,13 @@
 // its FMAs wait on them with nothing of the next step in flight, and every input
 // row is fetched once per filter row that meets it.
 //
-// Here a block walks down one strip of an image: each input row and each dy row is
-// copied once, by cp.async, kPrefetchRows rows ahead of its use, zero-filled outside
-// the image and past the last output column (so that the arithmetic needs no
-// predicates). Block: 128 threads = 8 channel groups (16 bytes of channels each: 32
+// Here a block walks down one strip of a run of rows: each input row and each dy row
+// is copied once, by cp.async, kPrefetchRows rows ahead of its use, zero-filled
+// outside the image and past the last output column (so that the arithmetic needs no
+// predicates). The run may cross from one image into the next: the images' rows are
+// numbered as one sequence, Ho + KH - 1 to an image (the padded input's height), whose
+// last KH - 1 output rows in each image are not real and are skipped, so that the
+// launch can give every block an equal run and fill the GPU in one wave. Block: 128 threads = 8 channel groups (16 bytes of channels each: 32
 // fp32 or 64 fp16/bf16 channels per block) x 16 workers. Worker w takes filter row
 // kh = w % KH and column segment w / KH of the strip: 16 / KH segments, so that all
 // KH filter rows are summed over every output row the block holds. A worker keeps
@@ -50,8 +53,10 @@ inline constexpr int kBwdFilterRowStreamNarrowStrip = 32;  // strips are 32 or 6
 // Problem-derived values computed once on the host.
 struct BwdFilterRowStreamGrid {
   int64_t strips;          // ceil(Wo / kStrip)
-  int64_t rows_per_block;  // output rows per block (the last block of an image may have fewer)
-  int64_t row_blocks;      // ceil(Ho / rows_per_block)
+  int image_rows;          // rows of one image in the sequence: Ho + KH - 1
+  int64_t sequence_rows;   // output rows of the sequence: N * image_rows - (KH - 1)
+  int64_t rows_per_block;  // sequence rows per block (the last block may have fewer)
+  int64_t row_blocks;      // ceil(sequence_rows / rows_per_block)
   int x_ring;              // input-row slots: KH + kPrefetchRows
   int segments;            // column segments of the strip: 16 / KH
   int64_t channel_blocks;  // C / kBlockChannels, the fastest-varying part of blockIdx.x
@@ -124,17 +129,30 @@ dwconv_bwd_filter_rowstream_kernel(const T* __restrict__ x, const T* __restrict_
   // 128x128x128x128 at k = 3 on the H200).
   const int64_t spatial = int64_t(blockIdx.x) / grid.channel_blocks;
   const int64_t strip = spatial % grid.strips;
-  const int64_t row_block = (spatial / grid.strips) % grid.row_blocks;
-  const int64_t n = spatial / (grid.strips * grid.row_blocks);
+  const int64_t row_block = spatial / grid.strips;
   const int64_t channel_base = (int64_t(blockIdx.x) % grid.channel_blocks) * Tr::kBlockChannels;
   const int64_t ow_begin = strip * kStrip;
-  const int64_t row_begin = row_block * grid.rows_per_block;
-  const int rows = int(min(row_begin + grid.rows_per_block, p.out_h) - row_begin);
-  // Input rows the block reads: ih_begin + j for j in [0, rows + KH - 1); output row
-  // o meets input rows o .. o + KH - 1 of these.
-  const int64_t ih_begin = row_begin - p.pad_top;
+  const int64_t row_begin = row_block * grid.rows_per_block;  // in the sequence
+  const int rows = int(min(row_begin + grid.rows_per_block, grid.sequence_rows) - row_begin);
+  // Sequence row s is row s % image_rows of image s / image_rows, both for output
+  // rows (real where that row is below Ho) and for the padded input rows (input row
+  // ih = s % image_rows - pad_top, real inside [0, H)). Output row o of the block
+  // meets input rows o .. o + KH - 1 of its run; each row's place is kept by
+  // increments, one row at a time, as the copies go down the run.
   const int64_t iw_begin = ow_begin - p.pad_left;
   const int input_rows = rows + kernel_h - 1;
+  struct Place {
+    int64_t image;
+    int row;  // in the image's part of the sequence
+  };
+  auto advance = [&](Place& at) {
+    if (++at.row == grid.image_rows) {
+      at.row = 0;
+      ++at.image;
+    }
+  };
+  const Place first = {row_begin / grid.image_rows, int(row_begin % grid.image_rows)};
+  Place next_x = first, next_dy = first, next_out = first;
 
   // 16-byte copies, zero-filled outside the image, past the last output column and
   // past C (C is a multiple of kWidth, so a channel group is whole or absent). Thread
@@ -163,14 +181,15 @@ dwconv_bwd_filter_rowstream_kernel(const T* __restrict__ x, const T* __restrict_
   const int64_t x_thread = (iw_begin + copy_col) * p.channels + copy_c;  // added only where valid
   const int64_t dy_thread = (ow_begin + copy_col) * p.channels + copy_c;
   const int64_t pass_stride = kColumnsPerPass * p.channels;
-  // The rows are loaded in order, so the ring slots they go to are kept by increments.
+  // The rows are loaded in order, so their ring slots and places are kept by increments.
   int x_load_slot = 0, dy_load_slot = 0;
   auto load_x_row = [&](int j) {
     if (j >= input_rows) return;
-    const int64_t ih = ih_begin + j;
+    const int64_t ih = next_x.row - p.pad_top;
     const bool row_inside = ih >= 0 && ih < p.in_h;
     T* slot = x_ring + x_load_slot * kXRowElems + threadIdx.x * kWidth;
-    const T* x_row = x + (n * p.in_h + (row_inside ? ih : 0)) * p.in_w * p.channels;
+    const T* x_row = x + (next_x.image * p.in_h + (row_inside ? ih : 0)) * p.in_w * p.channels;
+    advance(next_x);
     static_for<0, kXPasses>([&](auto pass) {
       constexpr int kPass = decltype(pass)::value;
       // Only the last pass may reach past the row's kXColumns columns.
@@ -184,11 +203,13 @@ dwconv_bwd_filter_rowstream_kernel(const T* __restrict__ x, const T* __restrict_
   };
   auto load_dy_row = [&](int o) {
     if (o >= rows) return;
+    const bool row_real = next_dy.row < p.out_h;
     T* slot = dy_ring + dy_load_slot * kDyRowElems + threadIdx.x * kWidth;
-    const T* dy_row = dy + (n * p.out_h + row_begin + o) * p.out_w * p.channels;
+    const T* dy_row = dy + (next_dy.image * p.out_h + (row_real ? next_dy.row : 0)) * p.out_w * p.channels;
+    advance(next_dy);
     static_for<0, kDyPasses>([&](auto pass) {
       constexpr int kPass = decltype(pass)::value;
-      const bool valid = dy_valid >> kPass & 1u;
+      const bool valid = row_real && (dy_valid >> kPass & 1u);
       cp_async<16>(slot + kPass * Tr::kThreads * kWidth, valid ? dy_row + (dy_thread + kPass * pass_stride) : dy,
                    valid);
     });
@@ -233,11 +254,14 @@ dwconv_bwd_filter_rowstream_kernel(const T* __restrict__ x, const T* __restrict_
     load_x_row(o + grid.x_ring - 1);
     load_dy_row(o + Tr::kPrefetchRows);
     cp_async_commit();
-    if (active) {
+    // The KH - 1 rows between two images are not output rows: skipped rather than
+    // summed with their zero dy, so that an infinite x there makes no NaN.
+    if (active && next_out.row < p.out_h) {
       bwd_filter_rowstream_segment<T, kKW, Tr::kBlockChannels>(
           acc, x_ring + int64_t(x_slot) * kXRowElems + thread_offset,
           dy_ring + int64_t(dy_slot) * kDyRowElems + thread_offset, seg_count);
     }
+    advance(next_out);
     x_slot = x_slot + 1 == grid.x_ring ? 0 : x_slot + 1;
     dy_slot = dy_slot + 1 == Tr::kDyRing ? 0 : dy_slot + 1;
   }

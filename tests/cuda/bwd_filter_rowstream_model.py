@@ -10,7 +10,7 @@ overwrote, or of a row whose group the wait did not cover, fails here.
 import numpy as np
 
 THREADS, GROUPS, WORKERS, PREFETCH = 128, 8, 16, 2
-TARGET_BLOCKS, MIN_ROWS = 2048, 16
+MIN_ROWS = 16
 
 
 def direct(x, dy, kh_, kw_, pad_top, pad_left):
@@ -45,31 +45,46 @@ def check_copy_passes(strip, kw_):
     assert len(seen) == columns * GROUPS
 
 
-def model(x, dy, kh_, kw_, pad_top, pad_left, width):
+def runs_per_strip(sequence_rows, strips_and_channel_blocks, resident_blocks):
+  runs = max(resident_blocks // max(strips_and_channel_blocks, 1), 1)
+  return min(runs, max(sequence_rows // MIN_ROWS, 1))
+
+
+def model(x, dy, kh_, kw_, pad_top, pad_left, width, resident_blocks):
   n_, in_h, in_w, channels = x.shape
   _, out_h, out_w, _ = dy.shape
   strip = 32 if out_w <= 32 else 64
   block_channels = GROUPS * width
   strips = -(-out_w // strip)
   channel_blocks = -(-channels // block_channels)
-  base = max(n_ * strips * channel_blocks, 1)
-  row_blocks = min(max(-(-TARGET_BLOCKS // base), 1), out_h)
-  rows_per_block = max(-(-out_h // row_blocks), min(out_h, MIN_ROWS))
-  row_blocks = -(-out_h // rows_per_block)
+  image_rows = out_h + kh_ - 1
+  sequence_rows = n_ * image_rows - (kh_ - 1)
+  runs = runs_per_strip(sequence_rows, strips * channel_blocks, resident_blocks)
+  rows_per_block = -(-sequence_rows // runs)
+  row_blocks = -(-sequence_rows // rows_per_block)
   x_ring, segments, dy_ring = kh_ + PREFETCH, WORKERS // kh_, PREFETCH + 1
   ws = np.zeros((kh_, kw_, channels))
   x_cols = strip + kw_ - 1
-  for bx in range(n_ * strips * row_blocks):
+  crossed = 0  # blocks whose run crosses into another image
+  for bx in range(strips * row_blocks):
     for by in range(channel_blocks):
       s_ = bx % strips
-      row_block = (bx // strips) % row_blocks
-      n = bx // (strips * row_blocks)
+      row_block = bx // strips
       channel_base = by * block_channels
       ow_begin = s_ * strip
       row_begin = row_block * rows_per_block
-      rows = min(row_begin + rows_per_block, out_h) - row_begin
-      ih_begin, iw_begin = row_begin - pad_top, ow_begin - pad_left
+      rows = min(row_begin + rows_per_block, sequence_rows) - row_begin
+      iw_begin = ow_begin - pad_left
       input_rows = rows + kh_ - 1
+      crossed += (row_begin + input_rows - 1) // image_rows != row_begin // image_rows
+      first = [row_begin // image_rows, row_begin % image_rows]
+      next_x, next_dy, next_out = list(first), list(first), list(first)
+
+      def advance(at):
+        at[1] += 1
+        if at[1] == image_rows:
+          at[0], at[1] = at[0] + 1, 0
+
       xs = np.full((x_ring, x_cols, block_channels), np.nan)
       xs_tag = [None] * x_ring  # (row, group) each slot holds
       ds = np.full((dy_ring, strip, block_channels), np.nan)
@@ -79,7 +94,8 @@ def model(x, dy, kh_, kw_, pad_top, pad_left, width):
       def load_x_row(j):
         if j >= input_rows:
           return
-        ih = ih_begin + j
+        n, ih = next_x[0], next_x[1] - pad_top
+        advance(next_x)
         slot = j % x_ring
         for col in range(x_cols):
           iw = iw_begin + col
@@ -92,13 +108,15 @@ def model(x, dy, kh_, kw_, pad_top, pad_left, width):
       def load_dy_row(o):
         if o >= rows:
           return
+        n, oh = next_dy
+        advance(next_dy)
         slot = o % dy_ring
         for col in range(strip):
           ow = ow_begin + col
           for grp in range(GROUPS):
             c = channel_base + grp * width
-            valid = ow < out_w and c < channels
-            ds[slot, col, grp * width:(grp + 1) * width] = dy[n, row_begin + o, ow, c:c + width] if valid else 0.0
+            valid = oh < out_h and ow < out_w and c < channels
+            ds[slot, col, grp * width:(grp + 1) * width] = dy[n, oh, ow, c:c + width] if valid else 0.0
         ds_tag[slot] = (o, committed)
 
       for j in range(x_ring - 1):
@@ -124,6 +142,10 @@ def model(x, dy, kh_, kw_, pad_top, pad_left, width):
         load_x_row(o + x_ring - 1)
         load_dy_row(o + PREFETCH)
         committed += 1
+        real = next_out[1] < out_h
+        advance(next_out)
+        if not real:  # a row between two images: skipped, its x may be the next image's
+          continue
         for worker, kh, seg, x_slot, dy_slot in snapshots:
           assert xs_tag[x_slot][0] == o + kh and ds_tag[dy_slot][0] == o, "a copy overwrote a slot being read"
           seg_begin = seg * strip // segments
@@ -143,30 +165,40 @@ def model(x, dy, kh_, kw_, pad_top, pad_left, width):
           for s in range(1, segments):
             total += acc[s * kh_ + kh, grp]
           ws[kh, :, c0:c0 + width] += total
-  return ws
+  return ws, crossed
 
 
 def main():
   rng = np.random.default_rng(0)
-  cases = [  # (n, h, w, c, kh, kw, pad_top, pad_left, out_h, out_w, width)
-      (2, 9, 70, 16, 3, 3, 1, 1, 9, 70, 8),     # SAME, two 64-column strips
-      (1, 12, 20, 8, 5, 5, 2, 2, 12, 20, 8),    # narrow strip
-      (1, 10, 33, 12, 7, 7, 3, 3, 10, 33, 4),   # fp32 width, 33 columns: one 64 strip
-      (1, 20, 24, 8, 16, 3, 0, 0, 5, 22, 8),    # VALID, KH 16: one segment
-      (2, 40, 18, 8, 1, 5, 0, 2, 40, 18, 4),    # KH 1: 16 segments, 3 row blocks? (out_h 40)
-      (1, 7, 9, 8, 7, 7, 6, 0, 7, 3, 8),        # padding above only, wide filter over a small map
-      (3, 6, 40, 24, 2, 3, 1, 1, 6, 40, 8),     # even KH, 24 channels: a partial channel block
+  # (n, h, w, c, kh, kw, pad_top, pad_left, out_h, out_w, width, resident blocks); the
+  # resident counts are small so that runs of 16 rows and more cross between images.
+  cases = [
+      (2, 9, 70, 16, 3, 3, 1, 1, 9, 70, 8, 396),    # SAME, two 64-column strips, one run each
+      (5, 9, 70, 16, 3, 3, 1, 1, 9, 70, 8, 6),      # 3 runs of 18 rows over 5 images
+      (1, 12, 20, 8, 5, 5, 2, 2, 12, 20, 8, 396),   # narrow strip
+      (4, 12, 20, 8, 5, 5, 2, 2, 12, 20, 8, 3),     # 3 runs of 22 rows: halos across images
+      (1, 10, 33, 12, 7, 7, 3, 3, 10, 33, 4, 396),  # fp32 width, 33 columns: one 64 strip
+      (1, 20, 24, 8, 16, 3, 0, 0, 5, 22, 8, 396),   # VALID, KH 16: one segment
+      (3, 20, 24, 8, 16, 3, 0, 0, 5, 22, 8, 2),     # KH 16 over 3 images, 2 runs of 20 rows
+      (2, 40, 18, 8, 1, 5, 0, 2, 40, 18, 4, 5),     # KH 1: 16 segments, 5 runs of 16 rows
+      (1, 7, 9, 8, 7, 7, 6, 0, 7, 3, 8, 396),       # padding above only, wide filter over a small map
+      (3, 6, 40, 24, 2, 3, 1, 1, 6, 40, 8, 396),    # even KH, 24 channels: a partial channel block
+      (7, 6, 40, 24, 2, 3, 1, 1, 6, 40, 8, 6),      # even KH over 7 images, 3 runs of 16 rows
   ]
   for strip in (32, 64):
     for kw in (3, 5, 7):
       check_copy_passes(strip, kw)
-  for n, h, w, c, kh, kw, pt, pl, oh, ow, width in cases:
+  crossed = 0
+  for n, h, w, c, kh, kw, pt, pl, oh, ow, width, resident in cases:
     x = rng.uniform(-1, 1, (n, h, w, c))
     dy = rng.uniform(-1, 1, (n, oh, ow, c))
     want = direct(x, dy, kh, kw, pt, pl)
-    got = model(x, dy, kh, kw, pt, pl, width)
+    got, case_crossed = model(x, dy, kh, kw, pt, pl, width, resident)
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
-    print(f"ok: n={n} {h}x{w}x{c} filter {kh}x{kw} pad ({pt},{pl}) out {oh}x{ow} width {width}")
+    crossed += case_crossed
+    print(f"ok: n={n} {h}x{w}x{c} filter {kh}x{kw} pad ({pt},{pl}) out {oh}x{ow} width {width}, "
+          f"{case_crossed} blocks crossing images")
+  assert crossed > 0, "no case crossed from one image into the next"
 
 
 if __name__ == "__main__":
