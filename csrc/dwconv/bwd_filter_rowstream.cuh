@@ -15,8 +15,10 @@
 // predicates). The run may cross from one image into the next: the images' rows are
 // numbered as one sequence, Ho + KH - 1 to an image (the padded input's height), whose
 // last KH - 1 output rows in each image are not real and are skipped, so that the
-// launch can give every block an equal run and fill the GPU in one wave. Block: 128 threads = 8 channel groups (16 bytes of channels each: 32
-// fp32 or 64 fp16/bf16 channels per block) x 16 workers. Worker w takes filter row
+// launch can give every block an equal run and fill the GPU in one wave.
+//
+// Block: 128 threads = 8 channel groups (16 bytes of channels each: 32 fp32 or 64
+// fp16/bf16 channels per block) x 16 workers. Worker w takes filter row
 // kh = w % KH and column segment w / KH of the strip: 16 / KH segments, so that all
 // KH filter rows are summed over every output row the block holds. A worker keeps
 // the KW taps of its filter row for its channels in fp32 registers; at the end the
