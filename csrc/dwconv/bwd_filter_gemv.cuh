@@ -37,17 +37,30 @@ inline DwConvParams bwd_filter_as_fwd(const DwConvParams& p) {
 }
 
 // Problem-derived values computed once on the host.
+// A block is kRowsPerWarp filter rows (the lane groups of a warp, as in the forward)
+// by `warps` segments of kTM taps (one a warp), so that the block's rows are whole:
+// at each dy row it reads 4 x rows over warps * kTM + Wo - 1 columns, and more
+// segments a block share more of those columns. Before, blocks were 4 warps of 16
+// segments numbered across rows; at KW = 51 (7 segments a row) a block read up to 8
+// x rows, and none of it stayed in L1 from one dy row to the next on 128-wide maps
+// (137 GB of L1 misses at fp32 128^4 k = 51 on the H200, 58.5% L1 hits, 26.8
+// TFLOP/s; 69.5% and 29.9 TFLOP/s on the 64-wide map; twenty-second session).
+inline constexpr int kBwdFilterGemvMaxWarps = 8;
+
 struct BwdFilterGemvGrid {
   int64_t segments_per_row;  // ceil(KW / kTM)
-  int64_t segments;          // ceil(KH / 4) * 4 * segments_per_row: one image's outputs
+  int warps;                 // segments a block: min(segments_per_row, kBwdFilterGemvMaxWarps)
+  int64_t segment_blocks;    // blocks along a row group: ceil(segments_per_row / warps)
   int64_t rows_per_stage;    // dy rows per shared-memory stage
   int64_t stages_per_image;  // ceil(Ho / rows_per_stage)
   int64_t images_per_chunk;  // images one block sums (grid.z chunks; the last may have fewer or none)
   bool atomic;               // merge by atomicAdd into slice 0, else store into slice z
 };
 
+// Blocks of 32 * grid.warps threads; 8 warps at 2 blocks an SM keep the forward's
+// 128 registers.
 template <typename T, int kTM, bool kVec>
-__global__ void __launch_bounds__(GemvFwdTraits<T>::kThreads, 4)
+__global__ void __launch_bounds__(32 * kBwdFilterGemvMaxWarps, 2)
 dwconv_bwd_filter_gemv_kernel(const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ ws,
                               DwConvParams q, BwdFilterGemvGrid grid) {
   using Tr = GemvFwdTraits<T>;
@@ -56,21 +69,20 @@ dwconv_bwd_filter_gemv_kernel(const T* __restrict__ x, const T* __restrict__ dy,
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* w_smem = reinterpret_cast<T*>(smem_raw);  // (2, rows_per_stage, Wo, kBlockChannels): double-buffered
 
-  // Output numbering as in the forward kernel (4 rows of a warp share their columns),
-  // over one image's KH x KW outputs.
+  // One image's KH x KW outputs: the 4 lane groups of a warp are 4 rows at the same
+  // columns (as in the forward kernel), the warps successive segments of them.
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int group = lane % Tr::kChannelGroups;
-  const int64_t segment = int64_t(blockIdx.x) * Tr::kSegments + warp * kRowsPerWarp + lane / Tr::kChannelGroups;
-  const int64_t row_group = segment / (grid.segments_per_row * kRowsPerWarp);
-  const int64_t in_group = segment % (grid.segments_per_row * kRowsPerWarp);
-  const int64_t kh = row_group * kRowsPerWarp + in_group % kRowsPerWarp;  // the output row
+  const int64_t row_group = int64_t(blockIdx.x) / grid.segment_blocks;
+  const int64_t row_segment = int64_t(blockIdx.x) % grid.segment_blocks * grid.warps + warp;
+  const int64_t kh = row_group * kRowsPerWarp + lane / Tr::kChannelGroups;  // the output row
   const int64_t channel_base = int64_t(blockIdx.y) * Tr::kBlockChannels;
   const int64_t c0 = channel_base + group * kWidth;
   const int64_t channels_left = q.channels - c0;
   const int channels_valid = channels_left <= 0 ? 0 : channels_left >= kWidth ? kWidth : int(channels_left);
-  const bool active = kh < q.out_h && channels_valid > 0;
+  const bool active = kh < q.out_h && row_segment < grid.segments_per_row && channels_valid > 0;
 
-  const int64_t kw0 = (in_group / kRowsPerWarp) * kTM;
+  const int64_t kw0 = row_segment * kTM;
   const int64_t base_iw = kw0 - q.pad_left;
   const int taps_w = int(q.kernel_w);  // Wo
   const bool interior =
@@ -104,7 +116,7 @@ dwconv_bwd_filter_gemv_kernel(const T* __restrict__ x, const T* __restrict__ dy,
   auto stage_last = [&](int64_t stage) { return min(stage_first(stage) + rows_per_stage, q.kernel_h); };
   auto load_stage = [&](int64_t stage) {
     load_filter_rows<T, kVec>(stage_smem(stage), dy + stage_image(stage) * image_taps, q, stage_first(stage),
-                              stage_last(stage), channel_base);
+                              stage_last(stage), channel_base, 32 * grid.warps);
   };
   if constexpr (kVec) {
     if (stages > 0) load_stage(0);

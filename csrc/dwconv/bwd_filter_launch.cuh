@@ -149,11 +149,18 @@ inline bool bwd_filter_gemv_applies(const DwConvParams& p) {
   using Tr = GemvFwdTraits<float>;
   if (p.stride_h != 1 || p.stride_w != 1 || p.dilation_h != 1 || p.dilation_w != 1) return false;
   if (p.out_w <= 0 || p.out_w > kBwdFilterGemvMaxOutW) return false;
-  const int64_t segments = (p.kernel_h + Tr::kRowsPerWarp - 1) / Tr::kRowsPerWarp * Tr::kRowsPerWarp *
-                           ((p.kernel_w + kBwdFilterGemvTM - 1) / kBwdFilterGemvTM);
+  const int64_t row_groups = (p.kernel_h + Tr::kRowsPerWarp - 1) / Tr::kRowsPerWarp;
+  const int64_t segments_per_row = (p.kernel_w + kBwdFilterGemvTM - 1) / kBwdFilterGemvTM;
   const int64_t row_bytes = p.out_w * Tr::kBlockChannels * int64_t(sizeof(float));
   return (p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels <= 65535 &&
-         (segments + Tr::kSegments - 1) / Tr::kSegments <= INT32_MAX && 2 * row_bytes <= max_smem_per_block();
+         row_groups * segments_per_row <= INT32_MAX && 2 * row_bytes <= max_smem_per_block();
+}
+
+// Blocks along the KH x KW outputs (grid.x): row groups of kRowsPerWarp rows, each
+// in segment_blocks blocks of `warps` segments.
+inline int64_t bwd_filter_gemv_row_blocks(const DwConvParams& p, const BwdFilterGemvGrid& g) {
+  return (p.kernel_h + GemvFwdTraits<float>::kRowsPerWarp - 1) / GemvFwdTraits<float>::kRowsPerWarp *
+         g.segment_blocks;
 }
 
 // Chunks of images (grid.z): enough blocks for kBwdFilterTargetBlocks, or in
@@ -163,13 +170,14 @@ inline BwdFilterGemvGrid make_bwd_filter_gemv_grid(const DwConvParams& p, int64_
   using Tr = GemvFwdTraits<float>;
   BwdFilterGemvGrid g;
   g.segments_per_row = (p.kernel_w + kBwdFilterGemvTM - 1) / kBwdFilterGemvTM;
-  g.segments = (p.kernel_h + Tr::kRowsPerWarp - 1) / Tr::kRowsPerWarp * Tr::kRowsPerWarp * g.segments_per_row;
+  g.warps = int(std::clamp<int64_t>(g.segments_per_row, 1, kBwdFilterGemvMaxWarps));
+  g.segment_blocks = (g.segments_per_row + g.warps - 1) / g.warps;
   const int64_t row_bytes = p.out_w * Tr::kBlockChannels * int64_t(sizeof(float));
   // (An empty batch or dy runs no stage: every block stores or adds zeros.)
   g.rows_per_stage = std::max<int64_t>(std::min(kBwdFilterGemvStageBytes / row_bytes, p.out_h), 1);
   g.stages_per_image = (p.out_h + g.rows_per_stage - 1) / g.rows_per_stage;
-  const int64_t blocks_xy = (g.segments + Tr::kSegments - 1) / Tr::kSegments *
-                            ((p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels);
+  const int64_t blocks_xy =
+      bwd_filter_gemv_row_blocks(p, g) * ((p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels);
   const int64_t chunks = deterministic_slices > 0
                              ? deterministic_slices
                              : std::max<int64_t>(std::min<int64_t>({(kBwdFilterTargetBlocks + blocks_xy - 1) /
@@ -189,9 +197,9 @@ cudaError_t launch_bwd_filter_gemv(const DwConvParams& p, const float* x, const 
   const size_t smem = 2 * size_t(g.rows_per_stage * p.out_w * Tr::kBlockChannels) * sizeof(float);
   auto kernel = dwconv_bwd_filter_gemv_kernel<float, kBwdFilterGemvTM, kVec>;
   if (cudaError_t err = allow_dynamic_smem(kernel, smem); err != cudaSuccess) return err;
-  const dim3 blocks(unsigned((g.segments + Tr::kSegments - 1) / Tr::kSegments),
+  const dim3 blocks(unsigned(bwd_filter_gemv_row_blocks(p, g)),
                     unsigned((p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels), unsigned(chunks));
-  kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, dy, ws, bwd_filter_as_fwd(p), g);
+  kernel<<<blocks, unsigned(32 * g.warps), smem, stream>>>(x, dy, ws, bwd_filter_as_fwd(p), g);
   return cudaGetLastError();
 }
 

@@ -43,11 +43,13 @@ struct GemvFwdGrid {
 };
 
 // Filter rows [kh_begin, kh_end) (all KW taps, kBlockChannels channels each) into
-// shared memory, laid out (row, KW, kBlockChannels). With kVec each 16-byte chunk
-// is one cp.async; otherwise plain element copies.
+// shared memory, laid out (row, KW, kBlockChannels), by a block of `threads` threads
+// (a multiple of kChannelGroups). With kVec each 16-byte chunk is one cp.async;
+// otherwise plain element copies.
 template <typename T, bool kVec>
 __device__ __forceinline__ void load_filter_rows(T* dst, const T* __restrict__ w, const DwConvParams& p,
-                                                 int64_t kh_begin, int64_t kh_end, int64_t channel_base) {
+                                                 int64_t kh_begin, int64_t kh_end, int64_t channel_base,
+                                                 int threads = GemvFwdTraits<T>::kThreads) {
   using Tr = GemvFwdTraits<T>;
   constexpr int kWidth = Tr::kChannelsPerThread;
   const int kernel_w = int(p.kernel_w);
@@ -61,7 +63,7 @@ __device__ __forceinline__ void load_filter_rows(T* dst, const T* __restrict__ w
     const bool valid = c < p.channels;
     for (int64_t kh = kh_begin; kh < kh_end; ++kh) {
       T* dst_row = dst + (kh - kh_begin) * row_chunks * kWidth;
-      for (int in_row = threadIdx.x; in_row < row_chunks; in_row += Tr::kThreads) {
+      for (int in_row = threadIdx.x; in_row < row_chunks; in_row += threads) {
         const int kw = in_row / Tr::kChannelGroups;
         const T* src = valid ? w + filter_tap(p, kh, kw) * p.channels + c : w;
         cp_async<16>(dst_row + in_row * kWidth, src, valid);
@@ -70,7 +72,7 @@ __device__ __forceinline__ void load_filter_rows(T* dst, const T* __restrict__ w
   } else {
     const int row_elems = kernel_w * Tr::kBlockChannels;
     const int elements = int(kh_end - kh_begin) * row_elems;
-    for (int e = threadIdx.x; e < elements; e += Tr::kThreads) {
+    for (int e = threadIdx.x; e < elements; e += threads) {
       const int r = e / row_elems, kw = (e % row_elems) / Tr::kBlockChannels;
       const int64_t c = channel_base + e % Tr::kBlockChannels;
       dst[e] = c < p.channels ? w[filter_tap(p, kh_begin + r, kw) * p.channels + c] : T(0.0f);
