@@ -214,11 +214,28 @@ def main(argv=None):
                       help="JAX's persistent compilation cache; a later run with the same DIR (another call "
                            "on the GPU machine, DIR carried back) loads the compiled functions instead of "
                            "compiling and autotuning them again")
+  parser.add_argument("--xla-autotune-cache", default=None, metavar="DIR",
+                      help="XLA's per-fusion autotune results (--xla_gpu_per_fusion_autotune_cache_dir): read "
+                           "where DIR holds them, written where not, so that a later run, or another mode at "
+                           "the same points, reuses XLA's own choice of convolution algorithm instead of timing "
+                           "every candidate again")
   parser.add_argument("--tall-filters", choices=["transposed", "direct"], default="transposed",
                       help="direct: run tall fp16/bf16 filters (SLaK's 51x5) without exchanging H and W, "
                            "the A/B of conv.TRANSPOSE_TALL_FILTERS")
   args = parser.parse_args(argv)
   conv_module.TRANSPOSE_TALL_FILTERS = args.tall_filters == "transposed"
+  # XLA reads XLA_FLAGS once, when its first backend starts; nothing has run yet.
+  xla_flags = []
+  if args.xla_autotune_cache:
+    os.makedirs(args.xla_autotune_cache, exist_ok=True)
+    xla_flags.append(f"--xla_gpu_per_fusion_autotune_cache_dir={os.path.abspath(args.xla_autotune_cache)}")
+  if args.skip_xla:
+    # XLA then only computes the reference that gates each point, so its choice of
+    # algorithm does not matter: autotuning it took most of a point's wall time (bf16
+    # forward, eighteenth session: 37-108 s a point at k = 51).
+    xla_flags.append("--xla_gpu_autotune_level=0")
+  if xla_flags:
+    os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", "")] + xla_flags).strip()
   if args.compilation_cache:
     jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
     # XLA's half-precision depthwise convolutions compile in well under JAX's default
