@@ -205,7 +205,9 @@ def main(argv=None):
   parser.add_argument("--resume", default=None, metavar="CSV",
                       help="append to this CSV from an earlier run, skipping the points it already holds")
   parser.add_argument("--skip-xla", action="store_true",
-                      help="time jax_flashdwc only (while tuning; published results always include XLA)")
+                      help="time jax_flashdwc only, with XLA's autotuning off (XLA then only gates each point): "
+                           "for tuning, and for comparisons between our own passes; speedups are published from "
+                           "runs that time XLA")
   parser.add_argument("--stop-after", type=float, default=None, metavar="SECONDS",
                       help="start no point once SECONDS have passed, or where the last point's wall time "
                            "would pass them; with --resume the next call times the rest (a GPU machine's "
