@@ -199,6 +199,8 @@ def main(argv=None):
   parser.add_argument("--dtype", nargs="+", default=["float32"], choices=["float32", "float16", "bfloat16"])
   parser.add_argument("--shapes", nargs="+", default=["paper", "models"], choices=list(SHAPE_SETS))
   parser.add_argument("--ks", type=int, nargs="+", default=None, help="restrict the paper points to these k")
+  parser.add_argument("--maps", nargs="+", default=None, metavar="NxHxWxC",
+                      help="restrict the paper points to these feature maps, e.g. 128x64x64x256")
   parser.add_argument("--samples", type=int, default=20)
   parser.add_argument("--out", default="benchmarks/results")
   parser.add_argument("--tag", default="", help="suffix of the CSV file name")
@@ -248,6 +250,12 @@ def main(argv=None):
   for name in args.shapes:
     fn = SHAPE_SETS[name]
     chosen = fn(tuple(args.ks)) if (name == "paper" and args.ks) else fn()
+    if name == "paper" and args.maps:
+      paper_maps = {f"{c.n}x{c.h}x{c.w}x{c.c}" for c in chosen}
+      unknown = sorted(set(args.maps) - paper_maps)
+      if unknown:
+        parser.error(f"--maps: {unknown} are not paper maps; they are {sorted(paper_maps)}")
+      chosen = [c for c in chosen if f"{c.n}x{c.h}x{c.w}x{c.c}" in args.maps]
     cases += chosen
     set_of_case.update((case.name, name) for case in chosen)
   prov = provenance()
