@@ -14,12 +14,11 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <vector>
 
 #include "common/mma_sync.cuh"
+#include "median_launch_ms.cuh"
 
 namespace {
 
@@ -63,33 +62,11 @@ __global__ void __launch_bounds__(kThreads) ffma_loop(float* out, int iters, uin
   out[blockIdx.x * kThreads + threadIdx.x] = s;
 }
 
-template <typename Launch>
-float median_ms(Launch launch) {
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  for (int i = 0; i < 2; ++i) launch();
-  std::vector<float> times;
-  for (int i = 0; i < 10; ++i) {
-    cudaEventRecord(start);
-    launch();
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float ms = 0.0f;
-    cudaEventElapsedTime(&ms, start, stop);
-    times.push_back(ms);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
 template <typename Kernel>
 void report(const char* what, Kernel kernel, int chains, int warps_per_sm, int sms, float* out, int iters,
             double flops_per_iter_thread) {
   const int blocks = sms * warps_per_sm / (kThreads / 32);
-  const float ms = median_ms([&] { kernel<<<blocks, kThreads>>>(out, iters, 12345u); });
+  const float ms = median_launch_ms([&] { kernel<<<blocks, kThreads>>>(out, iters, 12345u); }, 2, 10);
   const cudaError_t err = cudaGetLastError();
   const double flops = double(blocks) * kThreads * iters * flops_per_iter_thread;
   std::printf("%-8s chains %d  warps/SM %2d  %8.3f ms  %7.1f TFLOP/s  %s\n", what, chains, warps_per_sm, ms,

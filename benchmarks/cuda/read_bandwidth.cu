@@ -9,13 +9,12 @@
 //   ./read_bandwidth [MiB per array, default 1024]
 // Each line: the variant, its median time over 20 launches after 3 warm-up (cudaEvent),
 // and bytes read (plus written, for the copy) over that time.
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <vector>
 
 #include "common/cp_async.cuh"
 #include "fill_uniform.cuh"
+#include "median_launch_ms.cuh"
 
 namespace {
 
@@ -98,28 +97,6 @@ __global__ void __launch_bounds__(256) copy(const float4* __restrict__ a, float4
     b[i] = a[i];
 }
 
-template <typename Launch>
-float median_ms(Launch launch) {
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  for (int i = 0; i < 3; ++i) launch();
-  std::vector<float> ms;
-  for (int i = 0; i < 20; ++i) {
-    cudaEventRecord(e0);
-    launch();
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float t;
-    cudaEventElapsedTime(&t, e0, e1);
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return ms[10];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -142,24 +119,24 @@ int main(int argc, char** argv) {
   for (int waves : {4, 8, 16}) {
     const int blocks = sms * waves;
     report("copy (read + write of one array)", blocks,
-           median_ms([&] { copy<<<blocks, 256>>>(a, b, n4); }), bytes);
+           median_launch_ms([&] { copy<<<blocks, 256>>>(a, b, n4); }, 3, 20), bytes);
   }
   for (int per_sm : {4, 8, 16, 32}) {
     const int blocks = sms * per_sm;
     report("loads, 4 in flight", blocks,
-           median_ms([&] { read_loads<4, false><<<blocks, 256>>>(a, b, n4, out); }), bytes);
+           median_launch_ms([&] { read_loads<4, false><<<blocks, 256>>>(a, b, n4, out); }, 3, 20), bytes);
     report("loads, 8 in flight", blocks,
-           median_ms([&] { read_loads<8, false><<<blocks, 256>>>(a, b, n4, out); }), bytes);
+           median_launch_ms([&] { read_loads<8, false><<<blocks, 256>>>(a, b, n4, out); }, 3, 20), bytes);
     report("loads .nc no_allocate, 4 in flight", blocks,
-           median_ms([&] { read_loads<4, true><<<blocks, 256>>>(a, b, n4, out); }), bytes);
+           median_launch_ms([&] { read_loads<4, true><<<blocks, 256>>>(a, b, n4, out); }, 3, 20), bytes);
   }
   const long long tiles = n4 / (128 * 2);
   for (int per_sm : {3, 4, 6, 8}) {
     const int blocks = sms * per_sm;
     report("cp.async ring, depth 3 (24 KB)", blocks,
-           median_ms([&] { read_cp_async<3><<<blocks, 128>>>(a, b, tiles, out); }), bytes);
+           median_launch_ms([&] { read_cp_async<3><<<blocks, 128>>>(a, b, tiles, out); }, 3, 20), bytes);
     report("cp.async ring, depth 6 (48 KB)", blocks,
-           median_ms([&] { read_cp_async<6><<<blocks, 128>>>(a, b, tiles, out); }), bytes);
+           median_launch_ms([&] { read_cp_async<6><<<blocks, 128>>>(a, b, tiles, out); }, 3, 20), bytes);
   }
   cudaFree(a);
   cudaFree(b);
