@@ -163,9 +163,20 @@ inline int64_t bwd_filter_gemv_row_blocks(const DwConvParams& p, const BwdFilter
          g.segment_blocks;
 }
 
-// Chunks of images (grid.z): enough blocks for kBwdFilterTargetBlocks, or in
-// deterministic mode exactly `deterministic_slices`, the split grid's count the
-// workspace was sized for (chunks past the last image store zeros).
+// Chunks of images (grid.z): enough blocks for kBwdFilterTargetBlocks, and at
+// least as many as leave each block kBwdFilterGemvMergeTaps dy taps an output (its
+// images times Ho x Wo) between two atomic merges; or in deterministic mode exactly
+// `deterministic_slices`, the split grid's count the workspace was sized for (chunks
+// past the last image store zeros).
+//
+// Why the second bound: blocks differ in length (an edge row group skips the dy rows
+// that meet only padding, about 83% of a centre one's at fp32 128^4 k = 51), and with
+// 4 images a block the 1664 blocks there ran in 6.3 waves of the 264 resident. A
+// greedy model of the block scheduler (benchmarks/cuda/bwd_filter_gemv_waves_model.py,
+// not a measurement) puts that grid at 90% busy, and at 98% with one image a block.
+// At 8192 taps a merge is one atomicAdd per 16384 FLOPs of the block's own sums.
+inline constexpr int64_t kBwdFilterGemvMergeTaps = 8192;
+
 inline BwdFilterGemvGrid make_bwd_filter_gemv_grid(const DwConvParams& p, int64_t deterministic_slices) {
   using Tr = GemvFwdTraits<float>;
   BwdFilterGemvGrid g;
@@ -178,10 +189,13 @@ inline BwdFilterGemvGrid make_bwd_filter_gemv_grid(const DwConvParams& p, int64_
   g.stages_per_image = (p.out_h + g.rows_per_stage - 1) / g.rows_per_stage;
   const int64_t blocks_xy =
       bwd_filter_gemv_row_blocks(p, g) * ((p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels);
+  const int64_t taps = std::max<int64_t>(p.out_h * p.out_w, 1);
+  const int64_t images_per_merge = (kBwdFilterGemvMergeTaps + taps - 1) / taps;
+  const int64_t wanted = std::max((kBwdFilterTargetBlocks + blocks_xy - 1) / blocks_xy,
+                                  (p.batch + images_per_merge - 1) / images_per_merge);
   const int64_t chunks = deterministic_slices > 0
                              ? deterministic_slices
-                             : std::max<int64_t>(std::min<int64_t>({(kBwdFilterTargetBlocks + blocks_xy - 1) /
-                                                                        blocks_xy, p.batch, 65535}), 1);
+                             : std::max<int64_t>(std::min<int64_t>({wanted, p.batch, 65535}), 1);
   g.images_per_chunk = std::max<int64_t>((p.batch + chunks - 1) / chunks, 1);
   g.atomic = deterministic_slices == 0;
   return g;
