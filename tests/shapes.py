@@ -73,8 +73,8 @@ TEST_CASES = [
     ConvCase("rows_k7_c24_asym", 1, 20, 30, 24, 7, 7, padding=((1, 5), (6, 0))),
     ConvCase("rows_k9x5_c16", 2, 18, 20, 16, 9, 5),
     ConvCase("rows_k3_pad4_c8", 1, 17, 12, 8, 3, 3, padding=4),
-    # fp16/bf16 at KW = 7 with whole 64-channel blocks (the row-stream kernel instead of
-    # tensor cores): 4-wide and 2-wide outputs, and a 9-tall filter.
+    # KW = 7 over whole 64-channel blocks (the row-stream kernel in fp32, tensor cores in
+    # fp16/bf16): 4-wide and 2-wide outputs, and a 9-tall filter.
     ConvCase("rows_k7_c128", 2, 15, 70, 128, 7, 7),
     ConvCase("rows_k9x7_c64_narrow", 1, 20, 28, 64, 9, 7),
     # fp16/bf16 on maps at most 32 wide take two images a strip: an odd batch (the last

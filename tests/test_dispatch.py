@@ -62,13 +62,11 @@ def test_half_precision_forward_goes_to_tensor_cores_from_k7():
   native = _ffi._jax_flashdwc
   pick = lambda kw, sw=1, half=True, c=96: native.cuda_forward_kernel(channels=c, out_w=64, kernel_w=kw, stride_w=sw,
                                                                      dilation_w=1, half_precision=half)
-  assert pick(7) == pick(31) == pick(63) == pick(31, c=64) == "mma"
-  # KW = 7 with whole 64-channel blocks: the row-stream kernel.
-  assert pick(7, c=64) == pick(7, c=768) == "rowstream"
+  assert pick(7) == pick(31) == pick(63) == pick(31, c=64) == pick(7, c=64) == pick(7, c=768) == "mma"
   assert pick(3) == pick(5) == pick(7, half=False) == "rowstream"
   by_name = {case.name: case for case in TEST_CASES}
-  assert _pick(native, by_name["rows_k7_c128"], half_precision=True) == "rowstream"
-  assert _pick(native, by_name["rows_k9x7_c64_narrow"], half_precision=True) == "rowstream"
+  assert _pick(native, by_name["rows_k7_c128"], half_precision=True) == "mma"
+  assert _pick(native, by_name["rows_k9x7_c64_narrow"], half_precision=True) == "mma"
   assert _pick(native, by_name["convnext_k7_pad3"], half_precision=True) == "mma"  # C = 40
   assert pick(3, sw=2) == pick(7, sw=2) == "gemv"
   assert pick(31, half=False) == "gemv"

@@ -163,26 +163,18 @@ bool rowstream_supports(const DwConvParams& p, bool half_precision) {
 
 }  // namespace
 
-// Narrowest filter the tensor-core kernel takes. Measured on the H200, bf16
-// 128x64x64x256 (tests/cuda/check_fwd_mma.cu --time against the GEMV kernel):
-// k = 3 0.733 ms vs 0.548 ms (GEMV wins), k = 7 0.822 vs 1.437, k = 31 3.92 vs 13.7.
-// k = 5 was not measured; it stays on the GEMV kernel.
+// Narrowest filter the tensor-core kernel takes; from it, every fp16/bf16 problem the
+// kernel supports goes there. Measured on the H200, bf16 128x64x64x256
+// (tests/cuda/check_fwd_mma.cu --time against the GEMV kernel): k = 3 0.733 ms vs
+// 0.548 ms (GEMV wins), k = 7 0.822 vs 1.437, k = 31 3.92 vs 13.7. Until the
+// twenty-fifth session KW = 7 over whole 64-channel blocks went to the row-stream
+// kernel instead, from an A/B at a time when the tensor-core kernel took 1.68 ms at
+// bf16 k = 9 on 128^4 (k = 7: 1.409 against the row-stream kernel's 1.430 ms); it
+// takes 0.686 ms at k = 9 since bda0590 (docs/perf-notes.md, twenty-fourth session).
 constexpr int64_t kMmaMinKernelW = 7;
 
-// fp16/bf16 at KW = 7 run the row-stream kernel when the channels fill its 64-channel
-// blocks. Measured on the H200, bf16, kernel level (benchmarks/cuda/time_fwd.cu),
-// ms tensor cores -> row-stream: 128x32x32x1024 1.173 -> 0.829, 128x64x64x256 0.817
-// -> 0.738, ConvNeXt-T 128x28x28x192 0.213 -> 0.169, 128x14x14x384 0.201 -> 0.147,
-// 128x7x7x768 0.198 -> 0.149; 128x128x128x128 1.409 -> 1.430 (even). With C = 96
-// (ConvNeXt-T 128x56x56x96) a quarter of the second block idles and the row-stream
-// kernel lost, 0.253 -> 0.357.
-bool half_rowstream_beats_mma(const DwConvParams& p) {
-  return p.kernel_w == 7 && p.channels % RowStreamTraits<__half, 4>::kBlockChannels == 0 &&
-         rowstream_supports(p, /*half_precision=*/true);
-}
-
 FwdKernel select_fwd_kernel(const DwConvParams& p, bool half_precision) {
-  if (half_precision && p.kernel_w >= kMmaMinKernelW && fwd_mma_supports(p) && !half_rowstream_beats_mma(p)) {
+  if (half_precision && p.kernel_w >= kMmaMinKernelW && fwd_mma_supports(p)) {
     return FwdKernel::kMma;
   }
   if (rowstream_supports(p, half_precision)) return FwdKernel::kRowStream;
@@ -210,13 +202,6 @@ cudaError_t run_dwconv_fwd(const DwConvParams& p, const T* x, const T* w, T* y, 
   if (kernel == FwdKernel::kRowStream) {
     if (aligned(x, 16) && aligned(w, 16) && aligned(y, 16)) {
       return launch_fwd_rowstream_any(p, x, w, y, stream, epilogue, prologue);
-    }
-    // Where the row-stream kernel cannot run, half types at KW = 7 go back to tensor
-    // cores (0.82 ms against the GEMV kernel's 1.44 at bf16 128x64x64x256).
-    if constexpr (!std::is_same_v<T, float>) {
-      if (p.kernel_w >= kMmaMinKernelW && fwd_mma_supports(p)) {
-        return launch_fwd_mma(p, x, w, y, stream, epilogue, prologue);
-      }
     }
   }
   return p.stride_w == 1 ? launch_fwd_gemv_stride<T, 1>(p, x, w, y, stream, epilogue, prologue)

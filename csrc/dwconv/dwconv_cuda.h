@@ -14,8 +14,7 @@ namespace flashdwc {
 // The forward kernels, fastest first; select_fwd_kernel returns the first whose
 // constraints the problem meets.
 enum class FwdKernel {
-  kMma,     // fwd_mma.cuh: fp16/bf16, stride 1, dilation 1, KW >= 7 (fwd_mma_supports), but KW = 7 with
-            // C a multiple of 64 goes to the row-stream kernel
+  kMma,     // fwd_mma.cuh: fp16/bf16, stride 1, dilation 1, KW >= 7 (fwd_mma_supports)
   kRowStream,  // fwd_rowstream.cuh: stride 1, dilation 1, KW 3/5/7, KH <= 9, C a multiple of 4 (fp32)
                // or 8 (half); with a prologue or unaligned buffers the GEMV kernel runs instead
   kGemv,    // fwd_gemv.cuh: stride_w 1 or 2, dilation_w 1, KW <= 512
