@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/cp_async.cuh"
 #include "common/cuda_types.cuh"
@@ -85,12 +86,15 @@ __device__ __forceinline__ void load_filter_rows(T* dst, const T* __restrict__ w
 // the image only; padding stays zero).
 //
 // Only taps [kw_begin, kw_end) run: the others read padding for all kTM outputs.
+// kUnguardedInside (vector loads, checked rows): the chunks whose loads all lie in
+// the image skip the per-tap edge check; see the chunk loops below.
 // Window invariant: at tap kw, slot (kw - kw_begin + j) % kWin holds input column
 // base_iw + kw + j, for j in [0, kWin). Output t reads j = kStride * t. Each tap
 // loads only j = kWin - 1 into the slot that tap kw - 1 has finished with; with
 // the taps unrolled in chunks of kWin, every slot index is a compile-time
 // constant and the window never moves between registers.
-template <typename T, int kTM, int kStride, bool kVec, bool kChecked, bool kPrologue>
+template <typename T, int kTM, int kStride, bool kVec, bool kChecked, bool kPrologue,
+          bool kUnguardedInside = false>
 __device__ __forceinline__ void gemv_row(float (&acc)[kTM][Vec16<T>::kWidth], const T* __restrict__ x_row,
                                          const T* w_row, int64_t base_iw, int64_t in_w,
                                          int64_t channels, int channels_valid, int kw_begin, int kw_end,
@@ -116,14 +120,23 @@ __device__ __forceinline__ void gemv_row(float (&acc)[kTM][Vec16<T>::kWidth], co
   // the index form (v2), 302 with the walk. Checked vector loads walk too, with one
   // unsigned compare of a running column index, where the index form took 431 per
   // 256 FFMA; the pointer is only dereferenced inside the image.
+  // With kUnguardedInside the running column is 32-bit (bwd_filter_gemv_applies
+  // keeps every column a row walks, padding included, below 2^31). The forward keeps
+  // the 64-bit one: the 32-bit column alone made its fp32 128^4 forward 2-5% slower
+  // at k = 9-51 (different register allocation, more spills), the filter gradient
+  // 1-3% faster (twenty-fifth session).
+  using Column = std::conditional_t<kUnguardedInside, uint32_t, uint64_t>;
   const T* next_column = x_row + (base_iw + kw_begin + kWin - 1) * channels;
-  uint64_t next_iw = uint64_t(base_iw + kw_begin + kWin - 1);
-  auto tap = [&](int k, int kw) {
+  Column next_iw = Column(base_iw + kw_begin + kWin - 1);
+  const Column in_w_column = Column(in_w);
+  // guard: a std::bool_constant, whether this tap's load checks the image's edges.
+  auto tap = [&](auto guard, int k, int kw) {
+    constexpr bool kGuard = decltype(guard)::value;
     if constexpr (kVec) {
       float (&slot)[kWidth] = win[(k + kWin - 1) % kWin];
       // A column left of the image wraps to a huge unsigned index: one compare
       // covers both sides.
-      const bool inside = !kChecked || next_iw < uint64_t(in_w);
+      const bool inside = !kGuard || next_iw < in_w_column;
       if (inside) {
         Vec16<T>::load(next_column, slot);
       } else {
@@ -151,20 +164,38 @@ __device__ __forceinline__ void gemv_row(float (&acc)[kTM][Vec16<T>::kWidth], co
 
 #pragma unroll
   for (int j = 0; j < kWin - 1; ++j) load_column(win[j], base_iw + kw_begin + j);
-  int kw0 = kw_begin;
-  // Whole chunks are unrolled without per-tap guards, so the compiler can issue
+  using Guarded = std::bool_constant<kChecked>;
+  // Whole chunks are unrolled without a branch per tap, so the compiler can issue
   // each chunk's loads ahead of its FMAs.
-  for (; kw0 + kWin <= kw_end; kw0 += kWin) {
+  auto chunk = [&](auto guard, int kw0) {
 #pragma unroll
-    for (int k = 0; k < kWin; ++k) tap(k, kw0 + k);
+    for (int k = 0; k < kWin; ++k) tap(guard, k, kw0 + k);
+  };
+  int kw0 = kw_begin;
+  if constexpr (kChecked && kVec && kUnguardedInside) {
+    // A checked row's chunks run guarded until all kWin loads of a chunk lie in the
+    // image, then unguarded while they do, then guarded again: most of a row's taps
+    // lose the compare and the select. The filter gradient runs every row checked
+    // (its output-gradient "filter" is as wide as the map); there this made the fp32
+    // kernel 0.92-0.96 of its time at k = 27-51 on the three paper maps (A/B in
+    // docs/perf-notes.md, twenty-fifth session). The forward does not use it: its
+    // k = 9 and 17 points took 1.10-1.26x the time (more code, more spills) for
+    // 0.94-0.98 at k = 51.
+    auto chunk_inside = [&] {
+      const int32_t column = int32_t(next_iw);
+      return column >= 0 && column + kWin <= int32_t(in_w_column);
+    };
+    for (; kw0 + kWin <= kw_end && !chunk_inside(); kw0 += kWin) chunk(std::true_type{}, kw0);
+    for (; kw0 + kWin <= kw_end && chunk_inside(); kw0 += kWin) chunk(std::false_type{}, kw0);
   }
+  for (; kw0 + kWin <= kw_end; kw0 += kWin) chunk(Guarded{}, kw0);
   // The last partial chunk: one copy of the taps, each behind a warp-uniform guard,
   // where one unrolled copy per remainder length made kWin - 1 copies (28 taps for
   // TM 8, twice: interior and checked).
   const int remainder = kw_end - kw0;
 #pragma unroll
   for (int k = 0; k < kWin - 1; ++k) {
-    if (k < remainder) tap(k, kw0 + k);
+    if (k < remainder) tap(Guarded{}, k, kw0 + k);
   }
 }
 
