@@ -164,13 +164,13 @@ bool rowstream_supports(const DwConvParams& p, bool half_precision) {
 }  // namespace
 
 // Narrowest filter the tensor-core kernel takes; from it, every fp16/bf16 problem the
-// kernel supports goes there. Measured on the H200, bf16 128x64x64x256
-// (tests/cuda/check_fwd_mma.cu --time against the GEMV kernel): k = 3 0.733 ms vs
-// 0.548 ms (GEMV wins), k = 7 0.822 vs 1.437, k = 31 3.92 vs 13.7. Until the
-// twenty-fifth session KW = 7 over whole 64-channel blocks went to the row-stream
-// kernel instead, from an A/B at a time when the tensor-core kernel took 1.68 ms at
-// bf16 k = 9 on 128^4 (k = 7: 1.409 against the row-stream kernel's 1.430 ms); it
-// takes 0.686 ms at k = 9 since bda0590 (docs/perf-notes.md, twenty-fourth session).
+// kernel supports goes there. Kernel-level A/B on the H200 (twenty-fifth session,
+// docs/perf-notes.md), bf16, tensor cores against the CUDA-core kernels: KW = 7 took
+// 0.59-0.69 of the time (0.634 against 1.061 ms on 128^4, 0.338 against 0.551 on
+// 128x64x64x256, 0.079 against 0.135 on ConvNeXt's 128x28x28x192); KW = 5 1.00-1.03x
+// the time (fp16 1.13x on 128x64x64x256) and KW = 3 1.75-1.91x, so they stay on CUDA
+// cores. Until then KW = 7 over whole 64-channel blocks went to the row-stream kernel,
+// from an A/B made when the tensor-core kernel was 2.4x slower than it is now.
 constexpr int64_t kMmaMinKernelW = 7;
 
 FwdKernel select_fwd_kernel(const DwConvParams& p, bool half_precision) {
