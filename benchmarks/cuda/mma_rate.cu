@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <type_traits>
 
 #include "common/mma_sync.cuh"
 #include "median_launch_ms.cuh"

@@ -154,7 +154,7 @@ inline bool bwd_filter_gemv_applies(const DwConvParams& p) {
   const int64_t row_bytes = p.out_w * Tr::kBlockChannels * int64_t(sizeof(float));
   return (p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels <= 65535 &&
          row_groups * segments_per_row <= INT32_MAX && 2 * row_bytes <= max_smem_per_block() &&
-         p.in_w + p.out_w * p.stride_w + p.kernel_w <= INT32_MAX;  // gemv_row's 32-bit column, padding included
+         p.in_w + p.out_w + p.kernel_w <= INT32_MAX;  // gemv_row's 32-bit column, padding included
 }
 
 // Blocks along the KH x KW outputs (grid.x): row groups of kRowsPerWarp rows, each

@@ -124,15 +124,16 @@ __device__ __forceinline__ void gemv_row(float (&acc)[kTM][Vec16<T>::kWidth], co
   // keeps every column a row walks, padding included, below 2^31). The forward keeps
   // the 64-bit one: the 32-bit column alone made its fp32 128^4 forward 2-5% slower
   // at k = 9-51 (different register allocation, more spills), the filter gradient
-  // 1-3% faster (twenty-fifth session).
+  // 1-3.5% faster (twenty-fifth session).
   using Column = std::conditional_t<kUnguardedInside, uint32_t, uint64_t>;
   const T* next_column = x_row + (base_iw + kw_begin + kWin - 1) * channels;
   Column next_iw = Column(base_iw + kw_begin + kWin - 1);
   const Column in_w_column = Column(in_w);
   // guard: a std::bool_constant, whether this tap's load checks the image's edges.
+  // (Without kVec every tap's load_column checks as kChecked says.)
   auto tap = [&](auto guard, int k, int kw) {
-    constexpr bool kGuard = decltype(guard)::value;
     if constexpr (kVec) {
+      constexpr bool kGuard = decltype(guard)::value;
       float (&slot)[kWidth] = win[(k + kWin - 1) % kWin];
       // A column left of the image wraps to a huge unsigned index: one compare
       // covers both sides.
