@@ -1,5 +1,5 @@
 // Shared by the tensor-core kernels (forward and filter gradient): the m16n8k16
-// MMA on raw fp16/bf16 bits, an 8-channel load and store as four such words, and
+// MMA on raw fp16/bf16 bits, the ldmatrix that feeds the forward's A, an 8-channel load and store as four such words, and
 // the pairing of two pixels' channel into one word that their staging stores.
 #pragma once
 
@@ -30,6 +30,20 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
+}
+
+// The shared-memory address of a pointer into shared memory, as ldmatrix takes it.
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Four 8x8 matrices of 16-bit elements: lane l gives the 16-byte aligned shared
+// address of row l % 8 of matrix l / 8; register i of lane (g = l / 4, tig = l % 4)
+// gets row g, elements 2tig and 2tig + 1 of matrix i (PTX ldmatrix .m8n8 .x4 .b16).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&a)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(address));
 }
 
 // 8 channels [c, c + 8) of one element as 4 words of raw bits, zero where

@@ -10,7 +10,7 @@
 namespace flashdwc {
 namespace {
 
-// Widest filter the kernel takes: F = 15 fragments, 200 KiB of shared memory
+// Widest filter the kernel takes: F = 17 fragments, 200 KiB of shared memory
 // per block at KH >= 8 (fits sm_90's 227 KiB; fwd_mma_supports checks the
 // current device's limit, which is lower on sm_80/sm_89).
 constexpr int64_t kMmaMaxKernelW = 135;
@@ -35,32 +35,26 @@ MmaFwdGrid make_mma_fwd_grid(const DwConvParams& p, int split, int tiles_per_blo
                              int chunk = MmaFwdTraits::kChunk) {
   using Tr = MmaFwdTraits;
   MmaFwdGrid g;
-  g.frags = int(ceil_div(p.kernel_w, Tr::kFrag));
-  // An image's A reads columns up to 9F + 128 / split - 1 of its sub-row (odd F:
-  // the word holding the last element).
+  g.frags = int(std::max<int64_t>(1, ceil_div(p.kernel_w - 1, Tr::kPitch)));
+  // An image's A reads columns up to 8(F - 1) + 128 / split + 7 of its sub-row; the
+  // sub-row is a multiple of 8 columns (16 bytes), so every ldmatrix row is aligned.
   g.split = split;
-  // Rounded up so that the x tile row is a multiple of 8 columns (the plane stride
-  // below), not each image's sub-row: at split 4 and F = 2 (k = 13 and 17 on maps
-  // 32 wide) 50 columns instead of 56 fit two blocks on an SM (113.6 KB each), and
-  // bf16 k = 13 and 17 on 128x32x32x1024 ran 1.49 and 1.46x faster (H200).
-  const int sub_quantum = 8 / split;
-  const int sub_cols = int(ceil_div(Tr::kFrag * g.frags + Tr::kStripW / split, sub_quantum) * sub_quantum);
+  const int sub_cols = Tr::kPitch * g.frags + Tr::kStripW / split;
   g.tile_cols = split * sub_cols;
   g.sub_pairs = sub_cols / 2;
   g.sub_shift = split == 1 ? 4 : split == 2 ? 3 : 2;
-  g.hi_word = split == 1 ? 32 : split / 2 * g.sub_pairs;
   g.tile_rows = int(std::min<int64_t>(p.kernel_h + Tr::kRows - 1,
                                       tiles_per_block > 1 ? Tr::kTallRingRows : chunk + Tr::kRows - 1));
-  // Plane stride of 2 mod 4 words (tile_cols is a multiple of 8 elements): the
-  // channel octets 0 and 1 of a staging store or an output read, 8 planes apart,
-  // fall on disjoint halves of the 32 banks.
-  g.x_plane = g.tile_rows * g.tile_cols + 4;
-  // B reads taps 9f + d, d in [-7, 15]: up to element 9F + 14 after the 8 leading zeros.
-  g.filter_row = Tr::kFrag * g.frags + 16 + (g.frags & 1);
+  // Planes of whole 16-byte rows (ldmatrix); the octets' gap puts channel octets 0
+  // and 1 of a staging store or an output read on disjoint halves of the 32 banks.
+  g.x_plane = g.tile_rows * g.tile_cols;
+  g.octet_w = 8 * (g.x_plane / 2) + Tr::kOctetGapWords;
+  // B reads taps 8f + d, d in [-7, 15]: up to element 8F + 14 after the 8 leading zeros.
+  g.filter_row = Tr::kPitch * g.frags + 16;
   // With 16 ring slots a 9-row filter is one chunk: one staging pass, one barrier
   // pair and one A-ring fill per tile instead of two.
   g.filter_rows = int(std::min<int64_t>(p.kernel_h, g.tile_rows == Tr::kTallRingRows ? Tr::kTallChunk : chunk));
-  g.x_bytes = Tr::kBlockChannels * g.x_plane * 2;
+  g.x_bytes = Tr::kOctets * g.octet_w * 4;
   // Filter stage: filter_rows x 16 channels x copies x filter_row elements (a multiple of 4 bytes).
   g.filter_copies = filter_copies;
   g.meta_offset = g.x_bytes + g.filter_rows * Tr::kBlockChannels * filter_copies * g.filter_row * 2;

@@ -2,12 +2,19 @@
 // dilation 1, fp16/bf16 in, fp32 accumulation, for any filter size.
 //
 // GEMV to GEMM. For one channel and one filter row kh, the 8 outputs
-// y[col0 + 8m + t], t < 8, against the 9-tap fragment f of that row (taps
-// 9f..9f+8) read 16 consecutive inputs x[col0 + 8m + 9f + j], j < 16:
-//   y[8m + t] += sum_j A[m][j] * B[j][t],  A[m][j] = x[8m + 9f + j],
-//   B[j][t] = w[kh][9f + j - t] when 0 <= j - t < 9 and 9f + j - t < KW, else 0.
+// y[col0 + 8m + t], t < 8, against fragment f of that row (taps 8f .. 8f + 7, and
+// 8f + 8 for the last fragment) read 16 consecutive inputs x[col0 + 8m + 8f + j]:
+//   y[8m + t] += sum_j A[m][j] * B[j][t],  A[m][j] = x[8m + 8f + j],
+//   B[j][t] = w[kh][8f + j - t] when 0 <= j - t < span (8, or 9 for the last
+//   fragment) and 8f + j - t < KW, else 0.
 // Stacking the 16 segments m of a 128-wide output strip gives one m16n8k16 MMA
-// per (output row, kh, f); B is a banded Toeplitz matrix (56% dense).
+// per (output row, kh, f); B is a banded Toeplitz matrix (50% dense, 56% for the
+// last fragment). The paper's fragments are 9 taps each (all 56% dense); with
+// starts 8 apart every A row begins on a 16-byte boundary, so the A fragment is one
+// ldmatrix.x4 instead of four 32-bit loads, or eight loads and four byte permutes
+// where 9f is odd, and F = max(1, ceil((KW - 1) / 8)) is ceil(KW / 9) for every
+// paper size but 51 (7 fragments against 6). Measured in docs/perf-notes.md,
+// twenty-sixth session.
 //
 // Row reuse. A warp owns 8 output rows r of a strip and keeps their 8 C
 // fragments in registers. Output row r at filter row kh reads tile row r + kh,
@@ -27,16 +34,17 @@
 // shared memory, input rows in a ring (tile_rows slots) so that rows shared by
 // consecutive chunks, and by consecutive tiles of a block, are loaded once:
 //   x tile: [channel 16][ring slot][tile column], zero outside the image and for
-//           channels >= C; staged through registers to transpose NHWC. Ring
+//           channels >= C, channels 8-15 kOctetGapWords after channels 0-7's
+//           planes; staged through registers to transpose NHWC. Ring
 //           rows are numbered from the block's first tile: tile j, output row
 //           r, filter row kh reads ring row 8j + r + kh, in slot row % tile_rows.
-//   filter: [chunk row][channel 16][copy 2][WP], WP = 9F + 16 rounded up to
-//           even, element kFilterPad + k = tap k, zero outside [0, KW); copy 1
+//   filter: [chunk row][channel 16][copy 2][WP], WP = 8F + 16,
+//           element kFilterPad + k = tap k, zero outside [0, KW); copy 1
 //           is copy 0 shifted by one element so that every (even or odd) pair
 //           of adjacent taps is one aligned 32-bit load. Where the second copy
 //           alone keeps a second block off the SM (MmaFwdGrid::filter_copies),
 //           there is one copy, and a pair starting at an odd tap is two words
-//           and a byte permute, as the A pairs of odd fragments are.
+//           and a byte permute.
 // Every shared-memory element an MMA reads has been staged (zeros included):
 // B's zero entries multiply real inputs, and 0 * NaN garbage would be NaN.
 // For the same reason an Inf or NaN in x spreads to outputs up to 15 columns
@@ -97,20 +105,30 @@ struct MmaFwdTraits {
   static constexpr int kTallChunk = kTallRingRows - kRows + 1;
   static constexpr int kMaxTilesPerBlock = 4;
   static constexpr int kStripW = 128;                             // output columns per block (16 x 8)
-  static constexpr int kFrag = 9;                                 // filter taps per MMA
-  // Zeros before tap 0 in a filter row: B reads taps 9f + d for d in [-7, 15].
+  // Fragment f covers taps [8f, 8f + 8), the last one [8(F - 1), 8(F - 1) + 9):
+  // starts 8 taps apart put every A row on a 16-byte boundary (one ldmatrix.x4
+  // for the whole A fragment), and a 9-tap last fragment keeps F = ceil((KW - 1) / 8)
+  // equal to ceil(KW / 9), the 9-tap count, for every KW up to 25 and KW 28-33.
+  static constexpr int kPitch = 8;
+  static constexpr int kLastSpan = 9;
+  // Zeros before tap 0 in a filter row: B reads taps 8f + d for d in [-7, 15].
   static constexpr int kFilterPad = 8;
+  // Words between the two channel octets' planes beyond 8 planes: a plane is a
+  // multiple of 16 bytes (ldmatrix rows), so without it the two octets of a staging
+  // store or an output read would fall on the same banks; 16 words is half of them.
+  static constexpr int kOctetGapWords = 16;
   static_assert(kRows == kChunk, "one unrolled chunk of 8 is one turn of the A ring");
   static_assert(kBlockChannels % 8 == 0, "staging moves 8 channels per item");
 };
 
 // Problem-derived values computed once on the host (see make_mma_fwd_grid).
 struct MmaFwdGrid {
-  int frags;        // F = ceil(KW / 9)
-  int tile_cols;    // x tile row length in elements (>= 9F + 128, multiple of 8)
+  int frags;        // F = max(1, ceil((KW - 1) / 8))
+  int tile_cols;    // x tile row length in elements (split x (8F + 128 / split), a multiple of 8)
   int tile_rows;    // slots of the x ring: min(KH + 7, kRingRows), or min(KH + 7, kTallRingRows) with tiles_per_block > 1
-  int x_plane;      // elements per channel of the x tile
-  int filter_row;   // WP: elements per filter row copy (even, >= 9F + 15)
+  int x_plane;      // elements per channel of the x tile (tile_rows x tile_cols)
+  int octet_w;      // words from channel c's plane to channel c + 8's: 8 x_plane / 2 + kOctetGapWords
+  int filter_row;   // WP: elements per filter row copy (8F + 16)
   int filter_rows;  // filter rows per stage (the chunk): min(KH, kChunk), or kTallChunk with tile_rows 16
   int x_bytes;      // offset of the filter stage in shared memory
   int meta_offset;  // offset of the block's BlockState in shared memory
@@ -130,7 +148,6 @@ struct MmaFwdGrid {
   int split;         // images side by side in a strip: 1, 2 (out_w <= 64) or 4 (<= 32)
   int sub_pairs;     // 32-bit words per image in an x tile row: tile_cols / 2 / split
   int sub_shift;     // log2 of the segments per image: 4, 3 or 2
-  int hi_word;       // A word of segment g + 8 relative to segment g: 32 (split 1) or split / 2 * sub_pairs
   int filter_copies;  // 2 (odd pairs from the shifted copy), or 1 (odd pairs by byte permute)
 };
 
@@ -180,35 +197,43 @@ struct LaneConsts {
   int warp;
   int word;          // A word of column 2tig in segment g: 4g + tig
   int h0;            // filter element of B[2tig][g] in fragment 0: kFilterPad + 2tig - g (>= 1)
-  uint32_t mask0;    // halves of b0 inside the band
-  uint32_t mask1;    // halves of b1 inside the band
+  uint32_t mask0;    // halves of b0 inside the band (either span)
+  uint32_t mask1;    // halves of b1 inside the band of an 8-tap fragment
+  uint32_t mask1_last;  // halves of b1 inside the band of the 9-tap last fragment
   __device__ __forceinline__ static LaneConsts make() {
     const unsigned tid = thread_index();
     const int lane = tid % 32, gid = lane / 4, tig = lane % 4;
-    // B[j][g] for j = 2tig + {0, 1, 8, 9} is tap 9f + d with d = 2tig - g + {0, 1, 8, 9};
-    // it is inside the band when 0 <= d < 9. d0 = 2tig - g is in [-7, 6], so the
-    // four conditions reduce to these (constant per lane: the MMA sees no divergence).
+    // B[j][g] for j = 2tig + {0, 1, 8, 9} is tap 8f + d with d = 2tig - g + {0, 1, 8, 9};
+    // it is inside the band when 0 <= d < span (8, or 9 for the last fragment). d0 =
+    // 2tig - g is in [-7, 6], so the conditions reduce to these (constant per lane: the
+    // MMA sees no divergence).
     const int d0 = 2 * tig - gid;
     LaneConsts c;
     c.warp = tid / 32;
     c.word = 4 * gid + tig;
     c.h0 = MmaFwdTraits::kFilterPad + d0;
     c.mask0 = (d0 >= 0 ? 0x0000ffffu : 0u) | (d0 >= -1 ? 0xffff0000u : 0u);
-    c.mask1 = (d0 <= 0 ? 0x0000ffffu : 0u) | (d0 <= -1 ? 0xffff0000u : 0u);
+    c.mask1 = (d0 <= -1 ? 0x0000ffffu : 0u) | (d0 <= -2 ? 0xffff0000u : 0u);
+    c.mask1_last = (d0 <= 0 ? 0x0000ffffu : 0u) | (d0 <= -1 ? 0xffff0000u : 0u);
     return c;
   }
-  // The x-tile word of column 2tig of segment g: segment g is segment g mod
-  // (16 / split) of image g / (16 / split), whose sub-row starts sub_pairs words on.
-  __device__ __forceinline__ static int a_word(const MmaFwdGrid& g) {
-    const int lane = int(thread_index() % 32), gid = lane / 4, tig = lane % 4;
-    return (gid >> g.sub_shift) * g.sub_pairs + 4 * (gid & ((1 << g.sub_shift) - 1)) + tig;
+  // The x-tile word at which this lane's ldmatrix row starts, in fragment 0: lane l
+  // gives row l % 8 of matrix l / 8, and the four 8x8 matrices of the A fragment are
+  // (segments 0-7 | 8-15) x (columns 0-7 | 8-15), matrix i holding segments
+  // 8 (i % 2) + [0, 8) and columns 8 (i / 2) + [0, 8). Segment m is segment
+  // m mod (16 / split) of image m / (16 / split), whose sub-row starts sub_pairs
+  // words on; its column 0 is 8 columns (4 words) past the previous segment's.
+  __device__ __forceinline__ static int ldsm_word(const MmaFwdGrid& g) {
+    const int lane = int(thread_index() % 32), matrix = lane / 8;
+    const int m = lane % 8 + 8 * (matrix & 1);
+    return (m >> g.sub_shift) * g.sub_pairs + 4 * (m & ((1 << g.sub_shift) - 1)) + 4 * (matrix >> 1);
   }
 };
 
 // Filter rows [kh_begin, kh_end) and fragments [f_begin, f_end) that touch the
 // image for at least one output of this block. Output row oh0 + r (r < 8) at
 // filter row kh reads input row oh0 - pad_top + r + kh; fragment f reads input
-// columns col0 - pad_left + 9f + [0, 135].
+// columns col0 - pad_left + 8f + [0, 135].
 struct ActiveRange {
   int kh_begin, kh_end, f_begin, f_end;
   __device__ __forceinline__ static ActiveRange make(const DwConvParams& p, const MmaFwdGrid& g, int tile) {
@@ -219,11 +244,11 @@ struct ActiveRange {
     ActiveRange a;
     a.kh_begin = int(min(max(-ih0 - (Tr::kRows - 1), int64_t(0)), p.kernel_h));
     a.kh_end = int(max(min(p.in_h - ih0, p.kernel_h), int64_t(a.kh_begin)));
-    // f >= ceil((-iw0 - kSpan) / 9) and f <= floor((in_w - 1 - iw0) / 9), clamped to [0, F].
+    // f >= ceil((-iw0 - kSpan) / 8) and f <= floor((in_w - 1 - iw0) / 8), clamped to [0, F].
     const int64_t lo = -iw0 - kSpan;
-    const int64_t f_lo = lo <= 0 ? 0 : (lo + Tr::kFrag - 1) / Tr::kFrag;
+    const int64_t f_lo = lo <= 0 ? 0 : (lo + Tr::kPitch - 1) / Tr::kPitch;
     const int64_t hi = p.in_w - 1 - iw0;
-    const int64_t f_hi = hi < 0 ? 0 : hi / Tr::kFrag + 1;
+    const int64_t f_hi = hi < 0 ? 0 : hi / Tr::kPitch + 1;
     a.f_begin = int(min(f_lo, int64_t(g.frags)));
     a.f_end = int(max(min(f_hi, int64_t(g.frags)), int64_t(a.f_begin)));
     return a;
@@ -299,9 +324,9 @@ __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __rest
   using Tr = MmaFwdTraits;
   constexpr int kRestStep = Tr::kThreads / Tr::kOctets;
   static_assert(Tr::kThreads % Tr::kOctets == 0, "a thread stages one channel octet");
-  // pairs >= 72 (make_mma_fwd_grid: a tile row holds at least 9 + 128 columns, or 2 or
-  // 4 images of 9 + 64 or 9 + 32), so one step crosses at most two rows.
-  static_assert(kRestStep < 2 * 72, "advance() wraps the word at most twice");
+  // pairs >= 68 (make_mma_fwd_grid: a tile row holds at least 8 + 128 columns, or 2 or
+  // 4 images of 8 + 64 or 8 + 32), so one step crosses at most two rows.
+  static_assert(kRestStep < 2 * 68, "advance() wraps the word at most twice");
   const BlockTile t = BlockTile::current<kNarrow>(g, 0);
   const int pairs = g.tile_cols / 2;
   const int plane_w = g.x_plane / 2;
@@ -372,7 +397,7 @@ __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __rest
     const int64_t offset = row_offset + (kNarrow ? sub * image_stride : 0) + j * pair_stride;
     load8<kVec>(item.ok0 ? x + offset : x, item.ok0, p.channels - c, item.v0);
     load8<kVec>(item.ok1 ? x + offset + p.channels : x, item.ok1, p.channels - c, item.v1);
-    item.dst = xs + 8 * octet * plane_w + slot * pairs + q;
+    item.dst = xs + octet * g.octet_w + slot * pairs + q;
   };
   auto store = [&](Item& item) {
     if constexpr (kPrologue) {
@@ -438,50 +463,31 @@ __device__ __forceinline__ void stage_filter(uint16_t* fs, const uint16_t* __res
 // One chunk of kSteps filter rows, fragment f, one channel: the A ring is
 // filled with ring rows 8j + k0 .. 8j + k0 + 6, then step s loads ring row
 // 8j + k0 + s + 7 and runs the 8 MMAs of filter row k0 + s.
-//   xa: this lane's first A word in the slot of ring row 8j + k0, fragment f
-//       applied (word 4g + tig + floor(9f / 2) of the row);
-//   xa_wrap: the same word one row past the last ring slot; the slots are
-//       row_w words apart and wrap around after ring_w words (tile_rows slots);
-//   fb: this lane's B word for chunk row 0 (pair starting at tap 9f + 2tig - g;
+//   xa: shared-memory byte address of this lane's ldmatrix row in the slot of ring
+//       row 8j + k0, fragment f applied (LaneConsts::ldsm_word + 4f words);
+//   xa_wrap: the same address one row past the last ring slot; the slots are
+//       row_bytes apart and wrap around after ring_bytes (tile_rows slots);
+//   fb: this lane's B word for chunk row 0 (pair starting at tap 8f + 2tig - g;
 //       with kOneCopy, the word holding that tap, and b_select the byte permute
 //       that takes the pair from it and the next word); chunk rows are
 //       filter_stride_w words apart.
-// The row pointer advances by one add and a wrap test per load instead of
+// The row address advances by one add and a wrap test per load instead of
 // precomputed per-row offsets, which would hold 15 registers the accumulators
 // and the ring need.
-// kOdd: 9f is odd, so each A pair straddles two words and is extracted with a
-// byte permute.
-// hi: words from segment g's A word to segment g + 8's (MmaFwdGrid::hi_word),
-// read only with kNarrow; otherwise it is the constant 32, which keeps one image
-// per strip at the instruction count it had (a runtime offset cost the hot loop of
-// the bf16 kernel 384 more SASS instructions per 1152 HMMA).
-template <typename T, bool kOdd, int kSteps, bool kNarrow, bool kOneCopy>
-__device__ __forceinline__ void mma_chunk(float (&acc)[MmaFwdTraits::kRows][4], const uint32_t* xa,
-                                          const uint32_t* xa_wrap, int row_w, int ring_w, int hi, const uint32_t* fb,
+template <typename T, int kSteps, bool kOneCopy>
+__device__ __forceinline__ void mma_chunk(float (&acc)[MmaFwdTraits::kRows][4], uint32_t xa, uint32_t xa_wrap,
+                                          uint32_t row_bytes, uint32_t ring_bytes, const uint32_t* fb,
                                           int filter_stride_w, uint32_t mask0, uint32_t mask1, uint32_t b_select) {
   using Tr = MmaFwdTraits;
   constexpr int R = Tr::kRows;
   uint32_t ring[R][4];
-  // Fragment layout (row-major A, PTX m16n8k16 .f16/.bf16): register 0 = row g,
-  // columns 2tig..+1; 1 = row g + 8, same columns; 2 = row g, columns 2tig+8..+9;
-  // 3 = row g + 8, columns 2tig+8..+9. Row m is 8 columns (4 words) further
-  // along its image's sub-row, so row g + 8 is `hi` words on (32 with one image
-  // per strip) and column + 8 is 4 words on.
+  // ldmatrix.x4 hands lane (g, tig) row g, columns 2tig..+1 of each of the four
+  // matrices, which is the m16n8k16 row-major A layout (registers 0-3 = segments
+  // g and g + 8, columns 2tig and 2tig + 8) given the matrix order of ldsm_word.
   auto load_a = [&](uint32_t(&a)[4]) {
-    const uint32_t* xb = xa + (kNarrow ? hi : 32);
-    if constexpr (kOdd) {
-      a[0] = __byte_perm(xa[0], xa[1], 0x5432);
-      a[1] = __byte_perm(xb[0], xb[1], 0x5432);
-      a[2] = __byte_perm(xa[4], xa[5], 0x5432);
-      a[3] = __byte_perm(xb[4], xb[5], 0x5432);
-    } else {
-      a[0] = xa[0];
-      a[1] = xb[0];
-      a[2] = xa[4];
-      a[3] = xb[4];
-    }
-    xa += row_w;
-    if (xa >= xa_wrap) xa -= ring_w;
+    ldmatrix_x4(a, xa);
+    xa += row_bytes;
+    if (xa >= xa_wrap) xa -= ring_bytes;
   };
 #pragma unroll
   for (int i = 0; i < R - 1; ++i) load_a(ring[i]);
@@ -501,6 +507,12 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[MmaFwdTraits::kRows][4], 
 #pragma unroll
     for (int r = 0; r < R; ++r) mma_16816<T>(acc[r], ring[(s + r) % R], b0, b1);
   }
+}
+
+// Word offset of channel ch's plane in the x tile (two octets of 8 planes,
+// kOctetGapWords apart).
+__device__ __forceinline__ int channel_word(const MmaFwdGrid& g, int ch) {
+  return (ch / 8) * g.octet_w + (ch % 8) * (g.x_plane / 2);
 }
 
 // kNarrow: more than one image per strip (MmaFwdGrid::split > 1).
@@ -572,48 +584,40 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
       const int slot0 = need_begin % g.tile_rows;
       for (int f = state->active.f_begin; f < state->active.f_end; ++f) {
         const LaneConsts lc = LaneConsts::make();
-        // Offsets of this lane's A and B words within a channel's planes.
-        const int f_word = (Tr::kFrag * f) >> 1;
-        const int a_word = kNarrow ? LaneConsts::a_word(g) : lc.word;
-        const int a_off = a_word + f_word + slot0 * row_w;
-        const int wrap_off = a_word + f_word + g.tile_rows * row_w;
+        // Offsets of this lane's A row and B word within a channel's planes.
+        const int f_word = (Tr::kPitch * f) >> 1;
+        const int a_word = LaneConsts::ldsm_word(g) + f_word;
+        const uint32_t row_bytes = 4u * uint32_t(row_w);
+        const uint32_t a_off = 4u * uint32_t(a_word + slot0 * row_w);
+        const uint32_t wrap_off = 4u * uint32_t(a_word + g.tile_rows * row_w);
         // Pair (h, h + 1): copy 0 at word h / 2 when h is even, copy 1 (shifted
         // by one element, wp / 2 words on) at word (h - 1) / 2 when h is odd; with
         // one copy, the high half of word (h - 1) / 2 and the low half of the next.
-        const int h = lc.h0 + Tr::kFrag * f;
+        const int h = lc.h0 + Tr::kPitch * f;
         const int b_off = (h >> 1) + (kOneCopy ? 0 : (h & 1) * (wp / 2));
         const uint32_t b_select = kOneCopy && (h & 1) ? 0x5432u : 0x3210u;  // (unused with two copies)
-        auto run = [&](auto odd) {
+        const uint32_t mask1 = f == g.frags - 1 ? lc.mask1_last : lc.mask1;
 #pragma unroll
-          for (int cc = 0; cc < Tr::kWarpChannels; ++cc) {
-            const int ch = lc.warp * Tr::kWarpChannels + cc;
-            const uint32_t* xc = xs + ch * plane_w;
-            const uint32_t* fb =
-                reinterpret_cast<const uint32_t*>(fs) + ch * (kOneCopy ? wp / 2 : wp) + b_off;  // chunk row 0
-            if (steps == Tr::kChunk) {
-              mma_chunk<T, odd.value, Tr::kChunk, kNarrow, kOneCopy>(acc[cc], xc + a_off, xc + wrap_off, row_w,
-                                                                     g.tile_rows * row_w, g.hi_word, fb,
-                                                                     filter_stride_w, lc.mask0, lc.mask1, b_select);
-            } else if (steps == Tr::kTallChunk) {
-              mma_chunk<T, odd.value, Tr::kTallChunk, kNarrow, kOneCopy>(acc[cc], xc + a_off, xc + wrap_off, row_w,
-                                                                         g.tile_rows * row_w, g.hi_word, fb,
-                                                                         filter_stride_w, lc.mask0, lc.mask1,
-                                                                         b_select);
-            } else {
-              static_for<1, Tr::kChunk>([&](auto k) {
-                if (steps == k.value) {
-                  mma_chunk<T, odd.value, k.value, kNarrow, kOneCopy>(acc[cc], xc + a_off, xc + wrap_off, row_w,
-                                                                      g.tile_rows * row_w, g.hi_word, fb,
-                                                                      filter_stride_w, lc.mask0, lc.mask1, b_select);
-                }
-              });
-            }
+        for (int cc = 0; cc < Tr::kWarpChannels; ++cc) {
+          const int ch = lc.warp * Tr::kWarpChannels + cc;
+          const uint32_t xc = shared_address(xs + channel_word(g, ch));
+          const uint32_t* fb =
+              reinterpret_cast<const uint32_t*>(fs) + ch * (kOneCopy ? wp / 2 : wp) + b_off;  // chunk row 0
+          const uint32_t ring_bytes = row_bytes * uint32_t(g.tile_rows);
+          if (steps == Tr::kChunk) {
+            mma_chunk<T, Tr::kChunk, kOneCopy>(acc[cc], xc + a_off, xc + wrap_off, row_bytes, ring_bytes, fb,
+                                               filter_stride_w, lc.mask0, mask1, b_select);
+          } else if (steps == Tr::kTallChunk) {
+            mma_chunk<T, Tr::kTallChunk, kOneCopy>(acc[cc], xc + a_off, xc + wrap_off, row_bytes, ring_bytes, fb,
+                                                   filter_stride_w, lc.mask0, mask1, b_select);
+          } else {
+            static_for<1, Tr::kChunk>([&](auto k) {
+              if (steps == k.value) {
+                mma_chunk<T, k.value, kOneCopy>(acc[cc], xc + a_off, xc + wrap_off, row_bytes, ring_bytes, fb,
+                                                filter_stride_w, lc.mask0, mask1, b_select);
+              }
+            });
           }
-        };
-        if (f & 1) {
-          run(std::true_type{});
-        } else {
-          run(std::false_type{});
         }
       }
       // The next chunk's staging overwrites ring slots and the filter stage; the
@@ -630,7 +634,7 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
       const LaneConsts lc = LaneConsts::make();
 #pragma unroll
       for (int cc = 0; cc < Tr::kWarpChannels; ++cc) {
-        uint32_t* dst = xs + (lc.warp * Tr::kWarpChannels + cc) * plane_w + lc.word;
+        uint32_t* dst = xs + channel_word(g, lc.warp * Tr::kWarpChannels + cc) + lc.word;
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           const int slot = wrap_slot(out_slot0 + r, g.tile_rows);
@@ -659,7 +663,7 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
       const int64_t c = t.channel_base + 8 * octet;
       if ((kNarrow && n >= p.batch) || oh >= p.out_h || ow >= p.out_w || c >= p.channels) continue;
       const int slot = wrap_slot(out_slot0 + r, g.tile_rows);
-      const uint32_t* src = xs + 8 * octet * plane_w + slot * row_w + q;
+      const uint32_t* src = xs + octet * g.octet_w + slot * row_w + q;
       uint32_t v[8];
 #pragma unroll
       for (int k = 0; k < 8; ++k) v[k] = src[k * plane_w];

@@ -227,6 +227,15 @@ int main(int argc, char** argv) {
       {"3x127 W20 C16", 1, 4, 20, 16, 3, 127, 1, 63, 4, 20, false},
       {"29x3 tall pad C16", 2, 6, 10, 16, 29, 3, 20, 1, 30, 10, false},
       same("k63 same C16", 1, 70, 70, 16, 63, 63),
+      // Where the last fragment's ninth tap lies: past the filter (KW = 8, 16, 24),
+      // on its last tap (KW = 9, 17, 25, 33), and a 9-tap last fragment of one tap
+      // beyond an 8-tap one (KW = 26).
+      same("k8 same C16 W130", 1, 12, 130, 16, 8, 8),
+      same("16x16 same C16 W64 N3", 3, 20, 64, 16, 16, 16),
+      same("k24 same C16 W140", 1, 28, 140, 16, 24, 24),
+      same("k25 same C16 W32 N5", 5, 30, 32, 16, 25, 25),
+      same("k26 same C16 W90", 1, 30, 90, 16, 26, 26),
+      same("k33 same C16 W130", 1, 36, 130, 16, 33, 33),
       // Images side by side in a strip: 4 per strip (W <= 32) over two strips, the
       // last holding one image; 2 per strip (W <= 64) with an odd N; W = 33.
       same("k7 same C16 W32 N5", 5, 12, 32, 16, 7, 7),

@@ -20,8 +20,8 @@ def ceil_div(a, b):
 
 def make_grid(kernel_w, split):
   """The x tile row of make_mma_fwd_grid (fwd_mma.cu)."""
-  frags, quantum = ceil_div(kernel_w, 9), 8 // split
-  sub_cols = ceil_div(9 * frags + 128 // split, quantum) * quantum
+  frags = max(1, ceil_div(kernel_w - 1, 8))
+  sub_cols = 8 * frags + 128 // split
   return dict(tile_cols=split * sub_cols, sub_pairs=sub_cols // 2, sub_shift={1: 4, 2: 3, 4: 2}[split])
 
 
@@ -113,14 +113,14 @@ def main():
   rng = random.Random(1)
   cases = 0
   for _ in range(3000):
-    kernel_w, kernel_h = rng.choice([7, 9, 13, 17, 21, 27, 31, 51, 63, 99, 135]), rng.randint(1, 40)
+    kernel_w, kernel_h = rng.choice([1, 7, 8, 9, 13, 17, 21, 27, 31, 51, 63, 99, 135]), rng.randint(1, 40)
     split = rng.choice([1, 1, 2, 4])
     out_w = rng.randint(1, 128 // split) if split > 1 else rng.randint(1, 400)
     p = dict(batch=rng.randint(1, 9), in_h=rng.randint(1, 60), in_w=max(1, out_w + rng.randint(-3, 3)),
              channels=rng.choice([8, 13, 16, 24, 40, 4000]), pad_top=rng.randint(-3, 25),
              pad_left=rng.randint(-3, 70))
     g = make_grid(kernel_w, split)
-    assert g["tile_cols"] // 2 >= 72, "carried() wraps the word at most twice a step"
+    assert g["tile_cols"] // 2 >= 68, "carried() wraps the word at most twice a step"
     tile_rows = rng.choice([min(kernel_h + 7, 15), min(kernel_h + 7, 16), min(kernel_h + 7, 11)])
     tiles_w = 1 if split > 1 else ceil_div(out_w, 128)
     t = dict(n=rng.randrange(0, p["batch"], split), oh0=8 * rng.randint(0, 8), col0=128 * rng.randrange(tiles_w),
