@@ -108,7 +108,7 @@ struct MmaFwdTraits {
   // Fragment f covers taps [8f, 8f + 8), the last one [8(F - 1), 8(F - 1) + 9):
   // starts 8 taps apart put every A row on a 16-byte boundary (one ldmatrix.x4
   // for the whole A fragment), and a 9-tap last fragment keeps F = ceil((KW - 1) / 8)
-  // equal to ceil(KW / 9), the 9-tap count, for every KW up to 25 and KW 28-33.
+  // equal to ceil(KW / 9), the 9-tap count, at KW <= 17, 19-25 and 28-33.
   static constexpr int kPitch = 8;
   static constexpr int kLastSpan = 9;
   // Zeros before tap 0 in a filter row: B reads taps 8f + d for d in [-7, 15].
