@@ -1,6 +1,7 @@
 // Shared by the tensor-core kernels (forward and filter gradient): the m16n8k16
-// MMA on raw fp16/bf16 bits, the ldmatrix that feeds the forward's A, an 8-channel load and store as four such words, and
-// the pairing of two pixels' channel into one word that their staging stores.
+// MMA on raw fp16/bf16 bits, the ldmatrix that feeds the forward's A, an 8-channel
+// load and store as four such words, and the pairing of two pixels' channel into
+// one word that their staging stores.
 #pragma once
 
 #include <cuda_bf16.h>

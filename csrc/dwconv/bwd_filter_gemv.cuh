@@ -145,8 +145,8 @@ dwconv_bwd_filter_gemv_kernel(const T* __restrict__ x, const T* __restrict__ dy,
         gemv_row<T, kTM, 1, kVec, false, false>(acc, x_row, w_row, base_iw, q.in_w, q.channels, channels_valid, 0,
                                                 taps_w, no_prologue);
       } else {
-        gemv_row<T, kTM, 1, kVec, true, false, true>(acc, x_row, w_row, base_iw, q.in_w, q.channels, channels_valid,
-                                               tap_begin, tap_end, no_prologue);
+        gemv_row<T, kTM, 1, kVec, true, false, true>(acc, x_row, w_row, base_iw, q.in_w, q.channels,
+                                                     channels_valid, tap_begin, tap_end, no_prologue);
       }
     }
     // The next stage's copies overwrite the buffer this one read.

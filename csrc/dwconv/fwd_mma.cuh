@@ -588,6 +588,7 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
         const int f_word = (Tr::kPitch * f) >> 1;
         const int a_word = LaneConsts::ldsm_word(g) + f_word;
         const uint32_t row_bytes = 4u * uint32_t(row_w);
+        const uint32_t ring_bytes = row_bytes * uint32_t(g.tile_rows);
         const uint32_t a_off = 4u * uint32_t(a_word + slot0 * row_w);
         const uint32_t wrap_off = 4u * uint32_t(a_word + g.tile_rows * row_w);
         // Pair (h, h + 1): copy 0 at word h / 2 when h is even, copy 1 (shifted
@@ -603,7 +604,6 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
           const uint32_t xc = shared_address(xs + channel_word(g, ch));
           const uint32_t* fb =
               reinterpret_cast<const uint32_t*>(fs) + ch * (kOneCopy ? wp / 2 : wp) + b_off;  // chunk row 0
-          const uint32_t ring_bytes = row_bytes * uint32_t(g.tile_rows);
           if (steps == Tr::kChunk) {
             mma_chunk<T, Tr::kChunk, kOneCopy>(acc[cc], xc + a_off, xc + wrap_off, row_bytes, ring_bytes, fb,
                                                filter_stride_w, lc.mask0, mask1, b_select);
