@@ -86,8 +86,14 @@ cudaError_t launch_fwd_gemv_stride(const DwConvParams& p, const T* x, const T* w
 // output at k = 3 on the H200: 0.355 and 0.356 ms, eaaae13; and single images).
 // Blocks: enough for several waves on an H200 (132 SMs, up to 4 resident blocks of 128
 // threads each), in runs of at least 16 output rows so that the KH - 1 halo rows a
-// block reads twice stay a small fraction.
+// block reads twice stay a small fraction. Filters at most 3 rows tall (2 halo rows)
+// take twice the blocks: at k = 3, 4096 took 0.97-0.98 of 2048's time on 128^4 (16
+// rows a block against 32) and 0.99-1.005 on the other paper maps, in all three
+// dtypes; at k = 5 and 7 (4 and 6 halo rows) it read 0.97-1.02, above 1.01 at two
+// points, so deeper filters keep 2048 (docs/perf-notes.md, twenty-seventh session).
 constexpr int64_t kRowStreamTargetBlocks = 2048;
+constexpr int64_t kRowStreamTargetBlocksShallow = 4096;
+constexpr int64_t kRowStreamShallowKernelH = 3;
 constexpr int64_t kRowStreamMinRows = 16;
 constexpr int64_t kRowStreamMaxKernelH = 9;
 constexpr int64_t kRowStreamNarrowWidth = 32;
@@ -102,7 +108,9 @@ cudaError_t launch_fwd_rowstream(const DwConvParams& p, const T* x, const T* w, 
   grid.strips = (p.out_w + kSubWidth - 1) / kSubWidth;
   grid.channel_blocks = (p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels;
   const int64_t base = std::max<int64_t>(image_groups * grid.strips * grid.channel_blocks, 1);
-  const int64_t row_blocks = std::clamp<int64_t>((kRowStreamTargetBlocks + base - 1) / base, 1, p.out_h);
+  const int64_t target =
+      p.kernel_h <= kRowStreamShallowKernelH ? kRowStreamTargetBlocksShallow : kRowStreamTargetBlocks;
+  const int64_t row_blocks = std::clamp<int64_t>((target + base - 1) / base, 1, p.out_h);
   grid.rows_per_block = std::max((p.out_h + row_blocks - 1) / row_blocks, std::min(p.out_h, kRowStreamMinRows));
   grid.row_blocks = (p.out_h + grid.rows_per_block - 1) / grid.rows_per_block;
   grid.ring_rows = int(p.kernel_h) + Tr::kPrefetchRows;
