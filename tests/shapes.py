@@ -134,6 +134,16 @@ FUSION_CASES = [
     ConvCase("k3_c64_w24_n3", 3, 9, 24, 64, 3, 3),
 ]
 
+# The tensor-core launcher gives a block several 8-row output tiles only where that
+# leaves at least 4 waves of blocks (choose_mma_fwd_grid, fwd_mma.cu), which the small
+# TEST_CASES never reach. On an H200 MULTI_TILE_CASE takes 4 tiles a block over 5 tile
+# rows (a last tile block of one tile), with 4 images in each 128-column strip and the
+# 9-row filter as one chunk; STREAM_CASE, one image a strip, takes the streaming kernel
+# (fwd_mma_stream.cuh) at 4 tiles a block with its look-ahead. tests/cuda/check_fwd_mma.cu
+# forces every tile count on small shapes.
+MULTI_TILE_CASE = ConvCase("mma_tiles_k9_h40_w32", 64, 40, 32, 1024, 9, 9)
+STREAM_CASE = ConvCase("mma_stream_k9_h64_w96", 48, 64, 96, 256, 9, 9)
+
 # Small enough for numerical differentiation.
 GRAD_CASES = [
     ConvCase("grad_k3", 1, 5, 6, 3, 3, 3),

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from numerics import CPU, EPS, fresh_seed, oracle, uniform
-from shapes import FUSION_CASES
+from shapes import FUSION_CASES, STREAM_CASE
 
 from jax_flashdwc import depthwise_conv2d
 from jax_flashdwc import _activations
@@ -32,6 +32,20 @@ def _inputs(case, dtype, rng):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_prologue_forward_matches_oracle(case, dtype, input_activation, device):
+  _check_prologue_forward(case, dtype, input_activation, device)
+
+
+# The streaming tensor-core kernel (several output tiles a block, fwd_mma_stream.cuh)
+# applies the prologue as it moves its look-ahead rows from shared memory into the
+# planes; only the GPU launcher's tile rule reaches it.
+@pytest.mark.parametrize("input_activation", ["relu", "gelu"], ids=str)
+def test_prologue_forward_several_tiles_per_block(input_activation, device):
+  if device.platform == "cpu":
+    pytest.skip("sized for the GPU launcher's tile rule")
+  _check_prologue_forward(STREAM_CASE, jnp.bfloat16, input_activation, device)
+
+
+def _check_prologue_forward(case, dtype, input_activation, device):
   seed = fresh_seed()
   x, w, scale, shift = _inputs(case, dtype, np.random.default_rng(seed))
   put = lambda a, dt=dtype: jax.device_put(jnp.asarray(a, dt), device)

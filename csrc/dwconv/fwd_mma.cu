@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 
 #include "dwconv/fwd_mma.cuh"
+#include "dwconv/fwd_mma_stream.cuh"
 #include "dwconv/launch_helpers.cuh"
 
 namespace flashdwc {
@@ -21,6 +23,11 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Filter rows a stage holds where a block of 8-row stages would be alone on its SM.
 constexpr int kShortChunk = 4;
+
+// Most output tiles a block of the streaming kernel computes (fwd_mma_stream.cuh):
+// its first tile stages KH + 7 rows with nothing in flight, the others 8 rows
+// each behind a look-ahead.
+constexpr int kMaxStreamTilesPerBlock = 16;
 
 // split: images side by side in a strip (fwd_mma.cuh, "Narrow maps"): 1, 2 or 4.
 // tiles_per_block: output tiles a block computes down the image; above 1 only for
@@ -64,10 +71,21 @@ MmaFwdGrid make_mma_fwd_grid(const DwConvParams& p, int split, int tiles_per_blo
   g.tiles_per_block = tiles_per_block;
   g.tile_blocks_h = uint32_t(ceil_div(g.tiles_h, tiles_per_block));
   g.spatial_blocks = uint32_t(ceil_div(p.batch, split) * g.tile_blocks_h * g.tiles_w);
+  g.raw_rows = 0;
+  g.raw_offset = 0;
   return g;
 }
 
 size_t mma_fwd_smem_bytes(const MmaFwdGrid& g) { return size_t(g.meta_offset) + sizeof(mma_fwd::BlockState); }
+
+// The streaming kernel's layout (fwd_mma_stream.cuh): g's, with a look-ahead buffer
+// of raw_rows pixel-major tile rows (tile_cols x 32 bytes each) after the filter stage.
+MmaFwdGrid with_look_ahead(MmaFwdGrid g, int raw_rows) {
+  g.raw_rows = raw_rows;
+  g.raw_offset = g.meta_offset;
+  g.meta_offset += raw_rows * g.tile_cols * MmaFwdTraits::kOctets * 16;
+  return g;
+}
 
 int64_t grid_blocks(const DwConvParams& p, const MmaFwdGrid& g) {
   return ceil_div(p.batch, g.split) * g.tile_blocks_h * g.tiles_w * ceil_div(p.channels, MmaFwdTraits::kBlockChannels);
@@ -97,14 +115,32 @@ MmaFwdGrid with_nine_row_chunks(const DwConvParams& p, const DeviceLimits& d, co
   return nine;
 }
 
+// The streaming kernel for KH <= 9 (fwd_mma_stream.cuh) with `tiles` tiles a block
+// and an 8-row look-ahead, with two filter copies or else one, where that keeps two
+// blocks on an SM. One image a strip only: on maps 64 wide and narrower (2 or 4
+// images a strip, longer tile rows) it took 1.00-1.06 of dwconv_fwd_mma_kernel's
+// time at k = 7 and 9, with 8 look-ahead rows or the 6 and 4 that fit there
+// (docs/perf-notes.md, twenty-seventh session).
+std::optional<MmaFwdGrid> stream_grid(const DwConvParams& p, const DeviceLimits& d, int split, int tiles) {
+  if (split != 1) return std::nullopt;
+  for (int copies : {2, 1}) {
+    const MmaFwdGrid g = with_look_ahead(make_mma_fwd_grid(p, split, tiles, copies), MmaFwdTraits::kRows);
+    const size_t smem = mma_fwd_smem_bytes(g);
+    if (smem <= size_t(d.smem_per_block) && resident_blocks(d, smem) == 2) return g;
+  }
+  return std::nullopt;
+}
+
 // The most images per strip that the output width leaves room for and whose x
-// tile fits in shared memory (1 always fits where fwd_mma_supports holds); then
-// the most tiles per block (up to 4) that keep the SMs' resident blocks and leave
-// at least kMinWaves waves of blocks, so that the last wave's idle SMs stay a
-// small part of the time.
+// tile fits in shared memory (1 always fits where fwd_mma_supports holds); then,
+// for filters at most kTallChunk (9) tall, the most tiles per block that leave at
+// least kMinWaves waves of blocks, so that the last wave's idle SMs stay a small
+// part of the time: with 16-byte pixels (vec) and one image a strip the streaming
+// kernel's 16, 8, 4 or 2 at two blocks an SM, else dwconv_fwd_mma_kernel's up to 4
+// that keep the SMs' resident blocks.
 // tiles_per_block > 0 fixes the tiles per block instead (tests); filters taller than
 // kTallChunk (9) always get one.
-MmaFwdGrid choose_mma_fwd_grid(const DwConvParams& p, int tiles_per_block) {
+MmaFwdGrid choose_mma_fwd_grid(const DwConvParams& p, int tiles_per_block, bool vec) {
   constexpr int64_t kMinWaves = 4;
   const DeviceLimits d = device_limits();
   MmaFwdGrid g = make_mma_fwd_grid(p, 1, 1);
@@ -137,6 +173,16 @@ MmaFwdGrid choose_mma_fwd_grid(const DwConvParams& p, int tiles_per_block) {
   }
   if (p.kernel_h > MmaFwdTraits::kTallChunk) return with_nine_row_chunks(p, d, g);
   if (g.tiles_h < 2) return g;
+  if (vec && tiles_per_block != 1) {
+    if (tiles_per_block > 1) {
+      if (const auto s = stream_grid(p, d, g.split, tiles_per_block)) return *s;
+    } else {
+      for (int tiles = kMaxStreamTilesPerBlock; tiles > 1; tiles /= 2) {
+        const auto s = stream_grid(p, d, g.split, tiles);
+        if (s && grid_blocks(p, *s) >= kMinWaves * 2 * d.sms) return *s;
+      }
+    }
+  }
   if (tiles_per_block > 0) return make_mma_fwd_grid(p, g.split, tiles_per_block);
   const int resident = resident_blocks(d, mma_fwd_smem_bytes(g));
   for (int tiles = MmaFwdTraits::kMaxTilesPerBlock; tiles > 1; --tiles) {
@@ -164,6 +210,12 @@ cudaError_t launch(const DwConvParams& p, const MmaFwdGrid& g, const T* x, const
                                         : mma_fwd::dwconv_fwd_mma_kernel<T, kVec, kPrologue, true, false>)
                             : (one_copy ? mma_fwd::dwconv_fwd_mma_kernel<T, kVec, kPrologue, false, true>
                                         : mma_fwd::dwconv_fwd_mma_kernel<T, kVec, kPrologue, false, false>);
+  if constexpr (kVec) {
+    if (g.raw_rows > 0) {  // one image a strip (stream_grid)
+      kernel = one_copy ? mma_fwd::dwconv_fwd_mma_stream_kernel<T, kPrologue, true>
+                        : mma_fwd::dwconv_fwd_mma_stream_kernel<T, kPrologue, false>;
+    }
+  }
   if (cudaError_t err = allow_dynamic_smem(kernel, size_t(smem)); err != cudaSuccess) return err;
   // Channel blocks in x, the fastest index (fwd_mma.cuh, MmaFwdGrid); the spatial
   // blocks fill y (at most 65535), then z, with fewer than z blocks past the last.
@@ -200,8 +252,8 @@ template <typename T>
 cudaError_t launch_fwd_mma(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
                            const FwdEpilogue& epilogue, const FwdPrologue& prologue, int tiles_per_block) {
   if (empty_problem(p)) return cudaSuccess;
-  const MmaFwdGrid g = choose_mma_fwd_grid(p, tiles_per_block);
   const bool vec = p.channels % 8 == 0 && aligned(x, 16) && aligned(w, 16) && aligned(y, 16);
+  const MmaFwdGrid g = choose_mma_fwd_grid(p, tiles_per_block, vec);
   // The prologue is a template flag: the kernels without it compile as before.
   if (prologue.active()) {
     return vec ? launch<T, true, true>(p, g, x, w, y, stream, epilogue, prologue)

@@ -149,6 +149,10 @@ struct MmaFwdGrid {
   int sub_pairs;     // 32-bit words per image in an x tile row: tile_cols / 2 / split
   int sub_shift;     // log2 of the segments per image: 4, 3 or 2
   int filter_copies;  // 2 (odd pairs from the shifted copy), or 1 (odd pairs by byte permute)
+  // Look-ahead of the streaming kernel (fwd_mma_stream.cuh): the next tile's 8 new
+  // input rows in flight as pixel-major copies during this tile's MMAs.
+  int raw_rows;     // rows the look-ahead buffer holds: kRows, or 0 for dwconv_fwd_mma_kernel
+  int raw_offset;   // its offset in shared memory
 };
 
 namespace mma_fwd {
@@ -300,6 +304,25 @@ __device__ __forceinline__ uint32_t prologue_word(const ChannelAffine<8>& a, Act
   return pack2<T>(lo, hi);
 }
 
+// The look-ahead buffer (fwd_mma_stream.cuh) holds input pixels as they lie in
+// NHWC: unit (row, tile column, octet) is the 16 bytes of 8 channels, units in that
+// order. Its byte offset has bit 5 (the column's low bit) flipped where bit 7 (the
+// column's bit 2) is set: a quarter-warp of stage_input reads one octet of columns
+// 2q for four consecutive q, which would otherwise meet on the same 16-byte bank
+// group twice.
+__device__ __forceinline__ int raw_unit(const MmaFwdGrid& g, int row, int col, int octet) {
+  return (row * g.tile_cols + col) * MmaFwdTraits::kOctets + octet;
+}
+__device__ __forceinline__ int raw_unit_byte(int unit) {
+  const int b = unit * 16;
+  return b ^ ((b >> 2) & 32);
+}
+__device__ __forceinline__ void load_raw_unit(const unsigned char* raw, int unit, bool valid, uint32_t (&v)[4]) {
+  uint4 u = make_uint4(0u, 0u, 0u, 0u);
+  if (valid) u = *reinterpret_cast<const uint4*>(raw + raw_unit_byte(unit));
+  v[0] = u.x, v[1] = u.y, v[2] = u.z, v[3] = u.w;
+}
+
 // Ring rows [row_begin, row_end) (ring row i is input row oh0 - pad_top + i,
 // oh0 the block's first output row; tile column q is input column
 // col0 - pad_left + q) into slots i % tile_rows; row_end - row_begin <= tile_rows.
@@ -317,10 +340,14 @@ __device__ __forceinline__ uint32_t prologue_word(const ChannelAffine<8>& a, Act
 // came to about 70 of the loop's 107 SASS instructions an item (bf16, one image a
 // strip, docs/perf-notes.md, nineteenth session). The image bounds become ranges of
 // rows and of words, computed once. Two items are loaded before either is stored.
-template <typename T, bool kVec, bool kPrologue, bool kNarrow>
+//
+// kFromRaw: the rows' pixels are read from the look-ahead buffer `raw`, where
+// issue_raw_rows copied them (raw row r = staged row r), instead of from x; the
+// items outside the image are zeros either way.
+template <typename T, bool kVec, bool kPrologue, bool kNarrow, bool kFromRaw = false>
 __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __restrict__ x, const DwConvParams& p,
                                             const MmaFwdGrid& g, int row_begin, int row_end,
-                                            const FwdPrologue& prologue) {
+                                            const FwdPrologue& prologue, const unsigned char* raw = nullptr) {
   using Tr = MmaFwdTraits;
   constexpr int kRestStep = Tr::kThreads / Tr::kOctets;
   static_assert(Tr::kThreads % Tr::kOctets == 0, "a thread stages one channel octet");
@@ -394,9 +421,15 @@ __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __rest
     const bool row_ok = channel_ok && row >= row_lo && row < row_hi && (!kNarrow || sub < images);
     item.ok0 = row_ok && j >= lo0 && j < hi0;
     item.ok1 = row_ok && j >= lo1 && j < hi1;
-    const int64_t offset = row_offset + (kNarrow ? sub * image_stride : 0) + j * pair_stride;
-    load8<kVec>(item.ok0 ? x + offset : x, item.ok0, p.channels - c, item.v0);
-    load8<kVec>(item.ok1 ? x + offset + p.channels : x, item.ok1, p.channels - c, item.v1);
+    if constexpr (kFromRaw) {
+      const int unit = raw_unit(g, row, 2 * q, octet);
+      load_raw_unit(raw, unit, item.ok0, item.v0);
+      load_raw_unit(raw, unit + Tr::kOctets, item.ok1, item.v1);
+    } else {
+      const int64_t offset = row_offset + (kNarrow ? sub * image_stride : 0) + j * pair_stride;
+      load8<kVec>(item.ok0 ? x + offset : x, item.ok0, p.channels - c, item.v0);
+      load8<kVec>(item.ok1 ? x + offset + p.channels : x, item.ok1, p.channels - c, item.v1);
+    }
     item.dst = xs + octet * g.octet_w + slot * pairs + q;
   };
   auto store = [&](Item& item) {
@@ -515,6 +548,177 @@ __device__ __forceinline__ int channel_word(const MmaFwdGrid& g, int ch) {
   return (ch / 8) * g.octet_w + (ch % 8) * (g.x_plane / 2);
 }
 
+__device__ __forceinline__ void zero_accumulators(
+    float (&acc)[MmaFwdTraits::kWarpChannels][MmaFwdTraits::kRows][4]) {
+#pragma unroll
+  for (int cc = 0; cc < MmaFwdTraits::kWarpChannels; ++cc)
+#pragma unroll
+    for (int r = 0; r < MmaFwdTraits::kRows; ++r)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[cc][r][e] = 0.0f;
+}
+
+// The MMAs of one chunk of a tile, every active fragment and both of the warp's
+// channels: filter rows [k0, k0 + steps) over ring rows need_begin = 8 tile + k0
+// onwards, the chunk's rows from stage row filter_row0 on. The active fragments are
+// reread from the block state rather than held.
+template <typename T, bool kOneCopy>
+__device__ __forceinline__ void mma_tile(float (&acc)[MmaFwdTraits::kWarpChannels][MmaFwdTraits::kRows][4],
+                                         const MmaFwdGrid& g, const uint32_t* xs, const uint16_t* fs,
+                                         const BlockState* state, int need_begin, int steps, int filter_row0) {
+  using Tr = MmaFwdTraits;
+  const int row_w = g.tile_cols / 2;
+  const int wp = g.filter_row;
+  // Words per chunk row: 16 channels x copies x wp / 2.
+  const int filter_stride_w = kOneCopy ? Tr::kBlockChannels * (wp / 2) : Tr::kBlockChannels * wp;
+  const int slot0 = need_begin % g.tile_rows;
+  for (int f = state->active.f_begin; f < state->active.f_end; ++f) {
+    const LaneConsts lc = LaneConsts::make();
+    // Offsets of this lane's A row and B word within a channel's planes.
+    const int f_word = (Tr::kPitch * f) >> 1;
+    const int a_word = LaneConsts::ldsm_word(g) + f_word;
+    const uint32_t row_bytes = 4u * uint32_t(row_w);
+    const uint32_t ring_bytes = row_bytes * uint32_t(g.tile_rows);
+    const uint32_t a_off = 4u * uint32_t(a_word + slot0 * row_w);
+    const uint32_t wrap_off = 4u * uint32_t(a_word + g.tile_rows * row_w);
+    // Pair (h, h + 1): copy 0 at word h / 2 when h is even, copy 1 (shifted
+    // by one element, wp / 2 words on) at word (h - 1) / 2 when h is odd; with
+    // one copy, the high half of word (h - 1) / 2 and the low half of the next.
+    const int h = lc.h0 + Tr::kPitch * f;
+    const int b_off = (h >> 1) + (kOneCopy ? 0 : (h & 1) * (wp / 2));
+    const uint32_t b_select = kOneCopy && (h & 1) ? 0x5432u : 0x3210u;  // (unused with two copies)
+    const uint32_t mask1 = f == g.frags - 1 ? lc.mask1_last : lc.mask1;
+#pragma unroll
+    for (int cc = 0; cc < Tr::kWarpChannels; ++cc) {
+      const int ch = lc.warp * Tr::kWarpChannels + cc;
+      const uint32_t xc = shared_address(xs + channel_word(g, ch));
+      const uint32_t* fb = reinterpret_cast<const uint32_t*>(fs) + filter_row0 * filter_stride_w +
+                           ch * (kOneCopy ? wp / 2 : wp) + b_off;  // chunk row 0
+      if (steps == Tr::kChunk) {
+        mma_chunk<T, Tr::kChunk, kOneCopy>(acc[cc], xc + a_off, xc + wrap_off, row_bytes, ring_bytes, fb,
+                                           filter_stride_w, lc.mask0, mask1, b_select);
+      } else if (steps == Tr::kTallChunk) {
+        mma_chunk<T, Tr::kTallChunk, kOneCopy>(acc[cc], xc + a_off, xc + wrap_off, row_bytes, ring_bytes, fb,
+                                               filter_stride_w, lc.mask0, mask1, b_select);
+      } else {
+        static_for<1, Tr::kChunk>([&](auto k) {
+          if (steps == k.value) {
+            mma_chunk<T, k.value, kOneCopy>(acc[cc], xc + a_off, xc + wrap_off, row_bytes, ring_bytes, fb,
+                                            filter_stride_w, lc.mask0, mask1, b_select);
+          }
+        });
+      }
+    }
+  }
+}
+
+// The tile's accumulators to y through shared memory (the first 128 columns of the
+// slots of ring rows 8 tile .. 8 tile + 7, which no later tile of the block reads),
+// with the epilogue; the warp's own reads of those slots must be done.
+template <typename T, bool kVec, bool kNarrow>
+__device__ __forceinline__ void store_tile(
+    const float (&acc)[MmaFwdTraits::kWarpChannels][MmaFwdTraits::kRows][4], uint32_t* xs,
+    uint16_t* __restrict__ y, const DwConvParams& p, const MmaFwdGrid& g, int tile, const FwdEpilogue& epilogue) {
+  using Tr = MmaFwdTraits;
+  constexpr int R = Tr::kRows;
+  const int row_w = g.tile_cols / 2;
+  const int plane_w = g.x_plane / 2;
+  // Accumulators to the output tile: output row r of channel ch goes to the
+  // first 128 columns of ring row 8 * tile + r's slot in ch's plane. C fragment
+  // registers 0, 1 are (row g, columns 2tig, 2tig + 1), registers 2, 3 the same
+  // columns of row g + 8, i.e. output columns 8g + 2tig (+1) and 64 + 8g + 2tig (+1).
+  // The warp's two channels are adjacent planes of one octet; the slot's offset is
+  // carried from row to row (one wrap at most).
+  const int ring_w = g.tile_rows * row_w;
+  const int out_slot0 = R * tile % g.tile_rows;
+  {
+    const LaneConsts lc = LaneConsts::make();
+    uint32_t* dst0 = xs + channel_word(g, lc.warp * Tr::kWarpChannels) + lc.word;
+    static_assert(Tr::kWarpChannels == 2 && Tr::kBlockChannels % 8 == 0, "a warp's channels share an octet");
+    uint32_t* dst1 = dst0 + plane_w;
+    int off = out_slot0 * row_w;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      dst0[off] = pack2<T>(acc[0][r][0], acc[0][r][1]);
+      dst0[off + 32] = pack2<T>(acc[0][r][2], acc[0][r][3]);
+      dst1[off] = pack2<T>(acc[1][r][0], acc[1][r][1]);
+      dst1[off + 32] = pack2<T>(acc[1][r][2], acc[1][r][3]);
+      off += row_w;
+      if (off >= ring_w) off -= ring_w;
+    }
+  }
+  __syncthreads();
+
+  // Output tile to NHWC: an item is two adjacent columns x 8 channels. A thread's
+  // items are kThreads apart, which keeps its octet and column pair and steps the
+  // row by kRowStep, so the bounds, the bias and the addresses are found once.
+  const BlockTile t = BlockTile::current<kNarrow>(g, tile);
+  constexpr int kPairs = Tr::kStripW / 2;
+  constexpr int kRowStep = Tr::kThreads / (Tr::kOctets * kPairs);
+  static_assert(Tr::kThreads % (Tr::kOctets * kPairs) == 0 && R % kRowStep == 0, "whole rows a pass");
+  const int octet = int(threadIdx.x) % Tr::kOctets;
+  const int q = (int(threadIdx.x) / Tr::kOctets) % kPairs;
+  const int r0 = int(threadIdx.x) / (Tr::kOctets * kPairs);
+  // Strip column 2q is column 2q mod (128 / split) of image t.n + 2q / (128 / split).
+  const int sub_shift_cols = g.sub_shift + 3;  // log2 of the columns per image
+  const int sub = kNarrow ? (2 * q) >> sub_shift_cols : 0;
+  const int64_t n = t.n + sub;
+  const int64_t ow = t.col0 + 2 * q - (sub << sub_shift_cols);
+  const int64_t c = t.channel_base + 8 * octet;
+  if ((kNarrow && n >= p.batch) || ow >= p.out_w || c >= p.channels) return;
+  const int rows = int(min(int64_t(R), p.out_h - t.oh0));
+  const bool second = ow + 1 < p.out_w;
+  float bias[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const T* bias_ptr = static_cast<const T*>(epilogue.bias);
+    bias[k] = bias_ptr != nullptr && c + k < p.channels ? to_float(bias_ptr[c + k]) : 0.0f;
+  }
+  const uint32_t* src0 = xs + octet * g.octet_w + q;
+  uint16_t* dst = y + ((n * p.out_h + t.oh0 + r0) * p.out_w + ow) * p.channels + c;
+  const int64_t dst_step = kRowStep * p.out_w * p.channels;
+  int off = wrap_slot(out_slot0 + r0, g.tile_rows) * row_w;
+  const int off_step = kRowStep * row_w;
+#pragma unroll 2
+  for (int r = r0; r < rows; r += kRowStep) {
+    const uint32_t* src = src0 + off;
+    off += off_step;
+    if (off >= ring_w) off -= ring_w;
+    uint32_t v[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = src[k * plane_w];
+    if (epilogue.active()) {
+      // Bias and activation (epilogue.h) here rather than on the accumulators,
+      // which would cost the compute phase registers it has none of (128): the
+      // pre-activation is rounded to T first, as an unfused bias + activation would.
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        v[k] = pack2<T>(apply_activation(epilogue.activation, to_float(unpack_lo<T>(v[k])) + bias[k]),
+                        apply_activation(epilogue.activation, to_float(unpack_hi<T>(v[k])) + bias[k]));
+      }
+    }
+    if constexpr (kVec) {
+      uint4 lo, hi;
+      lo.x = __byte_perm(v[0], v[1], 0x5410), hi.x = __byte_perm(v[0], v[1], 0x7632);
+      lo.y = __byte_perm(v[2], v[3], 0x5410), hi.y = __byte_perm(v[2], v[3], 0x7632);
+      lo.z = __byte_perm(v[4], v[5], 0x5410), hi.z = __byte_perm(v[4], v[5], 0x7632);
+      lo.w = __byte_perm(v[6], v[7], 0x5410), hi.w = __byte_perm(v[6], v[7], 0x7632);
+      store8(dst, lo);
+      if (second) store8(dst + p.channels, hi);
+    } else {
+      const int64_t valid = p.channels - c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        if (k < valid) {
+          dst[k] = uint16_t(v[k]);
+          if (second) dst[p.channels + k] = uint16_t(v[k] >> 16);
+        }
+      }
+    }
+    dst += dst_step;
+  }
+}
+
 // kNarrow: more than one image per strip (MmaFwdGrid::split > 1).
 // kOneCopy: one filter copy (MmaFwdGrid::filter_copies == 1).
 template <typename T, bool kVec, bool kPrologue, bool kNarrow, bool kOneCopy>
@@ -529,12 +733,6 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
   const uint16_t* x = reinterpret_cast<const uint16_t*>(x_ptr);
   const uint16_t* w = reinterpret_cast<const uint16_t*>(w_ptr);
   uint16_t* y = reinterpret_cast<uint16_t*>(y_ptr);
-
-  const int row_w = g.tile_cols / 2;
-  const int plane_w = g.x_plane / 2;
-  const int wp = g.filter_row;
-  // Words per chunk row: 16 channels x copies x wp / 2.
-  const int filter_stride_w = kOneCopy ? Tr::kBlockChannels * (wp / 2) : Tr::kBlockChannels * wp;
 
   // The grid's last row of y may run past the spatial blocks (launch in fwd_mma.cu).
   if (BlockTile::spatial_block() >= g.spatial_blocks) return;
@@ -552,12 +750,7 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
     __syncthreads();
 
     float acc[Tr::kWarpChannels][R][4];
-#pragma unroll
-    for (int cc = 0; cc < Tr::kWarpChannels; ++cc)
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[cc][r][e] = 0.0f;
+    zero_accumulators(acc);
 
     for (int k0 = state->active.kh_begin; k0 < state->active.kh_end; k0 += g.filter_rows) {
       const int steps = min(g.filter_rows, state->active.kh_end - k0);
@@ -581,125 +774,13 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
         state->filter_rows = steps;
       }
 
-      const int slot0 = need_begin % g.tile_rows;
-      for (int f = state->active.f_begin; f < state->active.f_end; ++f) {
-        const LaneConsts lc = LaneConsts::make();
-        // Offsets of this lane's A row and B word within a channel's planes.
-        const int f_word = (Tr::kPitch * f) >> 1;
-        const int a_word = LaneConsts::ldsm_word(g) + f_word;
-        const uint32_t row_bytes = 4u * uint32_t(row_w);
-        const uint32_t ring_bytes = row_bytes * uint32_t(g.tile_rows);
-        const uint32_t a_off = 4u * uint32_t(a_word + slot0 * row_w);
-        const uint32_t wrap_off = 4u * uint32_t(a_word + g.tile_rows * row_w);
-        // Pair (h, h + 1): copy 0 at word h / 2 when h is even, copy 1 (shifted
-        // by one element, wp / 2 words on) at word (h - 1) / 2 when h is odd; with
-        // one copy, the high half of word (h - 1) / 2 and the low half of the next.
-        const int h = lc.h0 + Tr::kPitch * f;
-        const int b_off = (h >> 1) + (kOneCopy ? 0 : (h & 1) * (wp / 2));
-        const uint32_t b_select = kOneCopy && (h & 1) ? 0x5432u : 0x3210u;  // (unused with two copies)
-        const uint32_t mask1 = f == g.frags - 1 ? lc.mask1_last : lc.mask1;
-#pragma unroll
-        for (int cc = 0; cc < Tr::kWarpChannels; ++cc) {
-          const int ch = lc.warp * Tr::kWarpChannels + cc;
-          const uint32_t xc = shared_address(xs + channel_word(g, ch));
-          const uint32_t* fb =
-              reinterpret_cast<const uint32_t*>(fs) + ch * (kOneCopy ? wp / 2 : wp) + b_off;  // chunk row 0
-          if (steps == Tr::kChunk) {
-            mma_chunk<T, Tr::kChunk, kOneCopy>(acc[cc], xc + a_off, xc + wrap_off, row_bytes, ring_bytes, fb,
-                                               filter_stride_w, lc.mask0, mask1, b_select);
-          } else if (steps == Tr::kTallChunk) {
-            mma_chunk<T, Tr::kTallChunk, kOneCopy>(acc[cc], xc + a_off, xc + wrap_off, row_bytes, ring_bytes, fb,
-                                                   filter_stride_w, lc.mask0, mask1, b_select);
-          } else {
-            static_for<1, Tr::kChunk>([&](auto k) {
-              if (steps == k.value) {
-                mma_chunk<T, k.value, kOneCopy>(acc[cc], xc + a_off, xc + wrap_off, row_bytes, ring_bytes, fb,
-                                                filter_stride_w, lc.mask0, mask1, b_select);
-              }
-            });
-          }
-        }
-      }
+      mma_tile<T, kOneCopy>(acc, g, xs, fs, state, need_begin, steps, 0);
       // The next chunk's staging overwrites ring slots and the filter stage; the
       // output rows below alias ring slots.
       __syncthreads();
     }
 
-    // Accumulators to the output tile: output row r of channel ch goes to the
-    // first 128 columns of ring row 8 * tile + r's slot in ch's plane. C fragment
-    // registers 0, 1 are (row g, columns 2tig, 2tig + 1), registers 2, 3 the same
-    // columns of row g + 8, i.e. output columns 8g + 2tig (+1) and 64 + 8g + 2tig (+1).
-    const int out_slot0 = R * tile % g.tile_rows;
-    {
-      const LaneConsts lc = LaneConsts::make();
-#pragma unroll
-      for (int cc = 0; cc < Tr::kWarpChannels; ++cc) {
-        uint32_t* dst = xs + channel_word(g, lc.warp * Tr::kWarpChannels + cc) + lc.word;
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const int slot = wrap_slot(out_slot0 + r, g.tile_rows);
-          dst[slot * row_w] = pack2<T>(acc[cc][r][0], acc[cc][r][1]);
-          dst[slot * row_w + 32] = pack2<T>(acc[cc][r][2], acc[cc][r][3]);
-        }
-      }
-    }
-    __syncthreads();
-
-    // Output tile to NHWC: an item is two adjacent columns x 8 channels.
-    const BlockTile t = BlockTile::current<kNarrow>(g, tile);
-    constexpr int kPairs = Tr::kStripW / 2;
-    constexpr int kItems = R * kPairs * Tr::kOctets;
-#pragma unroll 2
-    for (int it = threadIdx.x; it < kItems; it += Tr::kThreads) {
-      const int octet = it % Tr::kOctets;
-      const int q = (it / Tr::kOctets) % kPairs;
-      const int r = it / (Tr::kOctets * kPairs);
-      // Strip column 2q is column 2q mod (128 / split) of image t.n + 2q / (128 / split).
-      const int sub_shift_cols = g.sub_shift + 3;  // log2 of the columns per image
-      const int sub = kNarrow ? (2 * q) >> sub_shift_cols : 0;
-      const int64_t n = t.n + sub;
-      const int64_t oh = t.oh0 + r;
-      const int64_t ow = t.col0 + 2 * q - (sub << sub_shift_cols);
-      const int64_t c = t.channel_base + 8 * octet;
-      if ((kNarrow && n >= p.batch) || oh >= p.out_h || ow >= p.out_w || c >= p.channels) continue;
-      const int slot = wrap_slot(out_slot0 + r, g.tile_rows);
-      const uint32_t* src = xs + octet * g.octet_w + slot * row_w + q;
-      uint32_t v[8];
-#pragma unroll
-      for (int k = 0; k < 8; ++k) v[k] = src[k * plane_w];
-      if (epilogue.active()) {
-        // Bias and activation (epilogue.h) here rather than on the accumulators,
-        // which would cost the compute phase registers it has none of (128): the
-        // pre-activation is rounded to T first, as an unfused bias + activation would.
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          const T* bias_ptr = static_cast<const T*>(epilogue.bias);
-          const float bias = bias_ptr != nullptr && c + k < p.channels ? to_float(bias_ptr[c + k]) : 0.0f;
-          v[k] = pack2<T>(apply_activation(epilogue.activation, to_float(unpack_lo<T>(v[k])) + bias),
-                          apply_activation(epilogue.activation, to_float(unpack_hi<T>(v[k])) + bias));
-        }
-      }
-      uint16_t* dst = y + ((n * p.out_h + oh) * p.out_w + ow) * p.channels + c;
-      const bool second = ow + 1 < p.out_w;
-      if constexpr (kVec) {
-        uint4 lo, hi;
-        lo.x = __byte_perm(v[0], v[1], 0x5410), hi.x = __byte_perm(v[0], v[1], 0x7632);
-        lo.y = __byte_perm(v[2], v[3], 0x5410), hi.y = __byte_perm(v[2], v[3], 0x7632);
-        lo.z = __byte_perm(v[4], v[5], 0x5410), hi.z = __byte_perm(v[4], v[5], 0x7632);
-        lo.w = __byte_perm(v[6], v[7], 0x5410), hi.w = __byte_perm(v[6], v[7], 0x7632);
-        store8(dst, lo);
-        if (second) store8(dst + p.channels, hi);
-      } else {
-        const int64_t valid = p.channels - c;
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          if (k < valid) {
-            dst[k] = uint16_t(v[k]);
-            if (second) dst[p.channels + k] = uint16_t(v[k] >> 16);
-          }
-        }
-      }
-    }
+    store_tile<T, kVec, kNarrow>(acc, xs, y, p, g, tile, epilogue);
   }
 }
 

@@ -5,7 +5,7 @@
 // Run: ./check_fwd_mma   (--big adds a > 2^31-element sampled case; --time times
 // the kernel on the benchmark's bf16 points, median of 20 calls after warm-up)
 // Shapes with KH <= 9 run once with the launcher's choice of output tiles per
-// block and once with each fixed count 1 to 4.
+// block and once with each fixed count 1 to 4, 8 and 16.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -268,10 +268,18 @@ int main(int argc, char** argv) {
       // Channel blocks fastest in the grid: several tiles a block, 2 images a strip
       // and 3 channel blocks.
       same("k9 same C48 W64 H40 N3 (channel blocks)", 3, 40, 64, 48, 9, 9),
+      // The streaming kernel's look-ahead (fwd_mma_stream.cuh, one image a strip): 19
+      // tile rows (with 16 tiles a block, a last tile block of 3), 7 and 9 rows, a
+      // ragged last channel block over two strips, and no padding.
+      same("k9 same C16 W130 H150 N2 (look-ahead)", 2, 150, 130, 16, 9, 9),
+      same("k7 same C32 W129 H150 (look-ahead)", 1, 150, 129, 32, 7, 7),
+      same("9x5 same C24 W200 H70 N2 (look-ahead)", 2, 70, 200, 24, 9, 5),
+      valid("k9 valid C16 W140 H90 (look-ahead)", 1, 90, 140, 16, 9, 9),
   };
   bool ok = true;
   for (const Shape& s : shapes) {
-    for (int tiles = 0; tiles <= (s.kh <= 9 ? 4 : 0); ++tiles) {
+    for (int tiles : {0, 1, 2, 3, 4, 8, 16}) {
+      if (tiles > 0 && s.kh > 9) break;
       ok &= run_shape<__half>(s, rng, 0, tiles);
       ok &= run_shape<__nv_bfloat16>(s, rng, 0, tiles);
     }

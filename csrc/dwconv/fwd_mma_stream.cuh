@@ -1,0 +1,126 @@
+// The tensor-core forward (fwd_mma.cuh) for filters at most 9 rows tall with
+// several output tiles a block, with the next tile's input rows in flight during
+// this tile's MMAs.
+//
+// Why. dwconv_fwd_mma_kernel stages a tile's new input rows through registers
+// (the NHWC-to-planes transpose) and only then computes, so at k = 7-9, where a
+// tile's MMAs are short, the block waits on its global loads once a tile:
+// Nsight Compute at bf16 k = 9 on 128^4 (0.64 ms) showed DRAM at 1.79 TB/s (37%),
+// long-scoreboard and barrier stalls ahead of the tensor pipe's 18.5%
+// (docs/perf-notes.md, twenty-sixth and twenty-seventh sessions).
+//
+// How. Tile j > 0 adds ring rows [8j + KH - 1, 8j + KH + 7), which go to the slots
+// of tile j - 1's output rows. Right after tile j's rows are in the ring, the block
+// issues cp.async copies of tile j + 1's 8 new rows, pixel-major as
+// they lie in x, into a look-ahead buffer (cp.async cannot transpose); they fly
+// during tile j's MMAs and output store, and stage_input then transposes them
+// from shared memory, a few tens of cycles away instead of a DRAM round trip.
+// The filter (KH rows, one stage) is staged once a block. Needs 16-byte pixels
+// (C % 8 == 0 and aligned pointers: kVec); the launcher uses it with one image a
+// strip, where it measured faster (fwd_mma.cu, stream_grid).
+#pragma once
+
+#include <cstdint>
+
+#include "common/cp_async.cuh"
+#include "dwconv/fwd_mma.cuh"
+
+namespace flashdwc {
+namespace mma_fwd {
+
+// cp.async copies of ring rows [row_begin, row_end) (at most kRows) into the
+// look-ahead buffer, unit raw_unit(row - row_begin, column,
+// octet); units outside the image or past C are not copied (stage_input's items
+// there are zeros and do not read them). A thread keeps one octet and the columns
+// kThreads / kOctets apart (at most two: tile_cols <= 8F + 128 with F small here)
+// and walks down the rows with one pointer add a copy: walking units kThreads apart
+// instead took 49 instructions a copy (Nsight Compute, bf16 k = 9 on 128^4, 16% of
+// the kernel's instructions; docs/perf-notes.md, twenty-seventh session).
+__device__ __forceinline__ void issue_raw_rows(unsigned char* raw, const uint16_t* __restrict__ x,
+                                               const DwConvParams& p, const MmaFwdGrid& g, int row_begin,
+                                               int row_end) {
+  using Tr = MmaFwdTraits;
+  constexpr int kColStep = Tr::kThreads / Tr::kOctets;
+  const BlockTile t = BlockTile::current<false>(g, 0);
+  const int octet = int(threadIdx.x % Tr::kOctets);
+  const int64_t c = t.channel_base + 8 * octet;
+  if (c >= p.channels) return;
+  const int rows = row_end - row_begin;
+  const int64_t ih_first = t.oh0 - p.pad_top + row_begin;
+  const int row_lo = int(min(max(-ih_first, int64_t(0)), int64_t(rows)));
+  const int row_hi = int(max(min(p.in_h - ih_first, int64_t(rows)), int64_t(row_lo)));
+  const int64_t iw0 = t.col0 - p.pad_left;
+  const int64_t row_stride = p.in_w * p.channels;
+  const int unit_step = g.tile_cols * Tr::kOctets;
+#pragma unroll 1
+  for (int col = int(threadIdx.x) / Tr::kOctets; col < g.tile_cols; col += kColStep) {
+    const int64_t iw = iw0 + col;
+    if (iw < 0 || iw >= p.in_w) continue;
+    const uint16_t* src = x + ((t.n * p.in_h + ih_first + row_lo) * p.in_w + iw) * p.channels + c;
+    int unit = raw_unit(g, row_lo, col, octet);
+#pragma unroll 4
+    for (int r = row_lo; r < row_hi; ++r) {
+      cp_async<16>(raw + raw_unit_byte(unit), src, true);
+      src += row_stride;
+      unit += unit_step;
+    }
+  }
+}
+
+// One image a strip; kOneCopy: one filter copy (fwd_mma.cuh).
+template <typename T, bool kPrologue, bool kOneCopy>
+__global__ void __launch_bounds__(MmaFwdTraits::kThreads, 2)
+dwconv_fwd_mma_stream_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, T* __restrict__ y_ptr,
+                             DwConvParams p, MmaFwdGrid g, FwdEpilogue epilogue, FwdPrologue prologue) {
+  using Tr = MmaFwdTraits;
+  constexpr int R = Tr::kRows;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  uint32_t* xs = reinterpret_cast<uint32_t*>(smem_raw);
+  uint16_t* fs = reinterpret_cast<uint16_t*>(smem_raw + g.x_bytes);
+  unsigned char* raw = smem_raw + g.raw_offset;
+  const uint16_t* x = reinterpret_cast<const uint16_t*>(x_ptr);
+  const uint16_t* w = reinterpret_cast<const uint16_t*>(w_ptr);
+  uint16_t* y = reinterpret_cast<uint16_t*>(y_ptr);
+
+  if (BlockTile::spatial_block() >= g.spatial_blocks) return;
+  BlockState* state = reinterpret_cast<BlockState*>(smem_raw + g.meta_offset);
+  const int tiles = BlockTile::count(g);
+  const int kh = int(p.kernel_h);  // <= 9: all filter rows are one stage
+  // Tile j > 0 adds ring rows [first_new(j), first_new(j) + 8).
+  auto first_new = [&](int j) { return R * j + kh - 1; };
+  if (tiles > 1) issue_raw_rows(raw, x, p, g, first_new(1), first_new(1) + R);
+  cp_async_commit();
+  stage_filter<true, kOneCopy>(fs, w, p, g, 0, kh);
+  stage_input<T, true, kPrologue, false>(xs, x, p, g, 0, kh + R - 1, prologue);
+  for (int tile = 0; tile < tiles; ++tile) {
+    if (tile > 0) {
+      cp_async_wait<0>();
+      // The copies are visible to every thread, and the previous tile's output
+      // reads of the slots the new rows take are done.
+      __syncthreads();
+      const int row0 = first_new(tile);
+      stage_input<T, true, kPrologue, false, true>(xs, x, p, g, row0, row0 + R, prologue, raw);
+    }
+    // Skipped filter rows and fragments as in dwconv_fwd_mma_kernel. The previous
+    // tile's reads of the state were before its output barrier.
+    if (threadIdx.x == 0) state->active = ActiveRange::make(p, g, tile);
+    // The ring rows and the state are in place; the look-ahead buffer is free.
+    __syncthreads();
+    if (tile + 1 < tiles) {
+      issue_raw_rows(raw, x, p, g, first_new(tile + 1), first_new(tile + 1) + R);
+      cp_async_commit();
+    }
+
+    float acc[Tr::kWarpChannels][R][4];
+    zero_accumulators(acc);
+    const int k0 = state->active.kh_begin, steps = state->active.kh_end - k0;
+    if (steps > 0) mma_tile<T, kOneCopy>(acc, g, xs, fs, state, R * tile + k0, steps, k0);
+    // A warp reads and writes only its own channels' planes, so its output rows may
+    // overwrite ring slots once its own reads are done.
+    __syncwarp();
+    store_tile<T, true, false>(acc, xs, y, p, g, tile, epilogue);
+  }
+}
+
+}  // namespace mma_fwd
+}  // namespace flashdwc
