@@ -5,19 +5,24 @@
 // Why. dwconv_fwd_mma_kernel stages a tile's new input rows through registers
 // (the NHWC-to-planes transpose) and only then computes, so at k = 7-9, where a
 // tile's MMAs are short, the block waits on its global loads once a tile:
-// Nsight Compute at bf16 k = 9 on 128^4 (0.64 ms) showed DRAM at 1.79 TB/s (37%),
-// long-scoreboard and barrier stalls ahead of the tensor pipe's 18.5%
-// (docs/perf-notes.md, twenty-sixth and twenty-seventh sessions).
+// Nsight Compute at bf16 k = 9 on 128^4 (0.64 ms) showed DRAM at 1.79 TB/s (37%)
+// and a quarter of the stall samples on the staged items' stores.
 //
 // How. Tile j > 0 adds ring rows [8j + KH - 1, 8j + KH + 7), which go to the slots
 // of tile j - 1's output rows. Right after tile j's rows are in the ring, the block
-// issues cp.async copies of tile j + 1's 8 new rows, pixel-major as
-// they lie in x, into a look-ahead buffer (cp.async cannot transpose); they fly
-// during tile j's MMAs and output store, and stage_input then transposes them
-// from shared memory, a few tens of cycles away instead of a DRAM round trip.
-// The filter (KH rows, one stage) is staged once a block. Needs 16-byte pixels
-// (C % 8 == 0 and aligned pointers: kVec); the launcher uses it with one image a
-// strip, where it measured faster (fwd_mma.cu, stream_grid).
+// issues cp.async copies of tile j + 1's 8 new rows, pixel-major as they lie in x,
+// into a look-ahead buffer (cp.async cannot transpose); they fly during tile j's
+// MMAs and output store, and stage_input then transposes them from shared memory,
+// a few tens of cycles away instead of a DRAM round trip. The filter (KH rows, one
+// stage) is staged once a block, and a block takes up to 16 tiles (the other
+// kernel 4). Needs 16-byte pixels (C % 8 == 0 and aligned pointers: kVec).
+//
+// Measured on the H200 (docs/perf-notes.md, twenty-seventh session): 0.90-0.97 of
+// the time before at k = 7-9 on 128^4, of which the look-ahead itself is 0-2.5% and
+// the rest the 8 tiles a block and the output store; the kernel is bound by its
+// bookkeeping instructions more than by the loads. On maps 64 wide and narrower (2
+// or 4 images a strip) it was 1.00-1.06 of the other kernel's time, so the launcher
+// uses it with one image a strip only (fwd_mma.cu, stream_grid).
 #pragma once
 
 #include <cstdint>
