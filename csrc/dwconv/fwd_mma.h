@@ -18,7 +18,8 @@ bool fwd_mma_supports(const DwConvParams& p);
 // `stream`, never synchronizes. Call only when fwd_mma_supports(p).
 // tiles_per_block: 0 lets the launcher choose how many 8-row output tiles a block
 // computes (fwd_mma.cu); a positive count fixes it where KH <= 9, for tests (1: one
-// tile; above 1 with 16-byte pixels, the streaming kernel of fwd_mma_stream.cuh).
+// tile; above 1 with 16-byte pixels and maps over 64 wide, the streaming kernel
+// of fwd_mma_stream.cuh).
 template <typename T>
 cudaError_t launch_fwd_mma(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
                            const FwdEpilogue& epilogue = {}, const FwdPrologue& prologue = {},

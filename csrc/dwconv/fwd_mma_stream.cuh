@@ -37,8 +37,8 @@ namespace mma_fwd {
 // look-ahead buffer, unit raw_unit(row - row_begin, column,
 // octet); units outside the image or past C are not copied (stage_input's items
 // there are zeros and do not read them). A thread keeps one octet and the columns
-// kThreads / kOctets apart (at most two: tile_cols <= 8F + 128 with F small here)
-// and walks down the rows with one pointer add a copy: walking units kThreads apart
+// kThreads / kOctets apart (up to three: tile_cols = 8F + 128, F <= 17) and walks
+// down the rows with one pointer add a copy: walking units kThreads apart
 // instead took 49 instructions a copy (Nsight Compute, bf16 k = 9 on 128^4, 16% of
 // the kernel's instructions; docs/perf-notes.md, twenty-seventh session).
 __device__ __forceinline__ void issue_raw_rows(unsigned char* raw, const uint16_t* __restrict__ x,
