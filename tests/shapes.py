@@ -78,8 +78,10 @@ TEST_CASES = [
     ConvCase("rows_k7_c128", 2, 15, 70, 128, 7, 7),
     ConvCase("rows_k9x7_c64_narrow", 1, 20, 28, 64, 9, 7),
     # fp16/bf16 on maps at most 32 wide take two images a strip: an odd batch (the last
-    # strip's second image is past it) and a ragged second 64-channel block.
-    ConvCase("rows_k5_c72_w30_n3_pairs", 3, 11, 30, 72, 5, 5),
+    # strip's second image is past it), at KW = 5 over a whole 64-channel block (a
+    # ragged one goes to tensor cores there) and at KW = 3 over a ragged second block.
+    ConvCase("rows_k5_c64_w30_n3_pairs", 3, 11, 30, 64, 5, 5),
+    ConvCase("rows_k5x3_c72_w30_n3_pairs", 3, 11, 30, 72, 5, 3),
     # The row-stream filter gradient (whole 64-channel blocks in fp16/bf16, 32 in fp32;
     # outputs at least 32 wide; KH <= 7): a 7x3 filter (two column segments), VALID
     # over two 64-column strips, and the 32-column strip in both precisions.
@@ -124,12 +126,14 @@ FUSION_CASES = [
     ConvCase("k13_c13", 1, 15, 17, 13, 13, 13),
     ConvCase("k3_s2", 2, 11, 12, 16, 3, 3, strides=2),
     ConvCase("k5_d2", 1, 13, 12, 8, 5, 5, dilation=2),
-    # fp16/bf16: the row-stream kernel, with an epilogue and with a prologue.
+    # The row-stream kernel (fp32; tensor cores in fp16/bf16), with an epilogue and
+    # with a prologue.
     ConvCase("k7_c64", 1, 10, 20, 64, 7, 7),
     # The row-stream kernel with a prologue: 4 outputs a thread (over 32 columns
-    # wide) and two row blocks at k = 3, 2 outputs a thread at k = 5.
+    # wide) and two row blocks at k = 3, 2 outputs a thread at k = 5 (a whole
+    # 64-channel block, which keeps KW = 5 off tensor cores in fp16/bf16).
     ConvCase("k3_c32_w40", 2, 19, 40, 32, 3, 3),
-    ConvCase("k5_c16", 1, 9, 12, 16, 5, 5),
+    ConvCase("k5_c64", 1, 9, 12, 64, 5, 5),
     # fp16/bf16 at most 32 wide over an odd batch: two images a strip with a prologue.
     ConvCase("k3_c64_w24_n3", 3, 9, 24, 64, 3, 3),
 ]

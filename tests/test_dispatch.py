@@ -57,13 +57,17 @@ def test_forward_dispatch_limits():
 
 
 @pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
-def test_half_precision_forward_goes_to_tensor_cores_from_k7():
+def test_half_precision_forward_goes_to_tensor_cores_from_k6():
   _skip_without_gpu()
   native = _ffi._jax_flashdwc
-  pick = lambda kw, sw=1, half=True, c=96: native.cuda_forward_kernel(channels=c, out_w=64, kernel_w=kw, stride_w=sw,
-                                                                     dilation_w=1, half_precision=half)
+  pick = lambda kw, sw=1, half=True, c=96, w=64: native.cuda_forward_kernel(
+      channels=c, out_w=w, kernel_w=kw, stride_w=sw, dilation_w=1, half_precision=half)
   assert pick(7) == pick(31) == pick(63) == pick(31, c=64) == pick(7, c=64) == pick(7, c=768) == "mma"
-  assert pick(3) == pick(5) == pick(7, half=False) == "rowstream"
+  assert pick(6) == pick(6, c=64) == "mma"
+  # KW = 5: tensor cores over one image a strip (out_w > 64) or a partial 64-channel block.
+  assert pick(5) == pick(5, c=64, w=65) == pick(5, c=256, w=128) == "mma"
+  assert pick(5, c=64) == pick(5, c=1024, w=32) == pick(5, c=96, half=False) == "rowstream"
+  assert pick(3) == pick(3, w=128) == pick(7, half=False) == "rowstream"
   by_name = {case.name: case for case in TEST_CASES}
   assert _pick(native, by_name["rows_k7_c128"], half_precision=True) == "mma"
   assert _pick(native, by_name["rows_k9x7_c64_narrow"], half_precision=True) == "mma"

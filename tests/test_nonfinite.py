@@ -2,7 +2,8 @@
 
 Two documented exceptions (README, "differs from XLA"): a non-finite kernel tap over
 zero padding (XLA computes 0 * Inf = NaN there; these kernels skip padding taps),
-and, in the fp16/bf16 tensor-core forward kernel (GPU, stride 1, KW >= 7), a
+and, in the fp16/bf16 tensor-core forward kernel (GPU, stride 1, KW >= 5 as the
+dispatcher picks it), a
 non-finite input also reaches outputs up to 15 columns away (0 * Inf in the banded
 filter matrix). The tests avoid the first and check the second as a bound.
 """

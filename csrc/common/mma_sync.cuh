@@ -47,6 +47,26 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&a)[4], uint32_t address) 
                : "r"(address));
 }
 
+// ldmatrix_x4 with .trans: register i of lane (g, tig) gets elements g of rows 2tig
+// and 2tig + 1 of matrix i (low half, high half), i.e. column g of the rows.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&a)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(address));
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// The store of ldmatrix_x4 (sm_90 and later): register i of lane (g, tig) is row g,
+// elements 2tig and 2tig + 1 of matrix i; lane l gives the 16-byte aligned shared
+// address of row l % 8 of matrix l / 8 (PTX stmatrix .m8n8 .x4 .b16).
+__device__ __forceinline__ void stmatrix_x4(uint32_t address, const uint32_t (&a)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n"
+               :
+               : "r"(address), "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3])
+               : "memory");
+}
+#endif
+
 // 8 channels [c, c + 8) of one element as 4 words of raw bits, zero where
 // !valid or (scalar path) where the channel is >= C. With kVec, C % 8 == 0, so
 // the group is all in or all out and the address is 16-byte aligned.

@@ -171,18 +171,35 @@ bool rowstream_supports(const DwConvParams& p, bool half_precision) {
 
 }  // namespace
 
-// Narrowest filter the tensor-core kernel takes; from it, every fp16/bf16 problem the
-// kernel supports goes there. Kernel-level A/B on the H200 (twenty-fifth session,
-// docs/perf-notes.md), bf16, tensor cores against the CUDA-core kernels: KW = 7 took
-// 0.59-0.69 of the time (0.634 against 1.061 ms on 128^4, 0.338 against 0.551 on
-// 128x64x64x256, 0.079 against 0.135 on ConvNeXt's 128x28x28x192); KW = 5 1.00-1.03x
-// the time (fp16 1.13x on 128x64x64x256) and KW = 3 1.75-1.91x, so they stay on CUDA
-// cores. Until then KW = 7 over whole 64-channel blocks went to the row-stream kernel,
-// from an A/B made when the tensor-core kernel was 2.4x slower than it is now.
-constexpr int64_t kMmaMinKernelW = 7;
+// Narrowest filter the tensor-core kernel takes everywhere; from it, every fp16/bf16
+// problem the kernel supports goes there. Kernel-level A/B on the H200 (twenty-fifth
+// session, docs/perf-notes.md), bf16, tensor cores against the CUDA-core kernels: KW = 7
+// took 0.59-0.69 of the time (0.634 against 1.061 ms on 128^4, 0.338 against 0.551 on
+// 128x64x64x256, 0.079 against 0.135 on ConvNeXt's 128x28x28x192), and KW = 3
+// 1.75-1.91x, so KW = 3 and 4 stay on CUDA cores. KW = 6 has no row-stream kernel (the
+// tiled GEMV one would take it).
+constexpr int64_t kMmaMinKernelW = 6;
+// KW = 5 goes to tensor cores only where the row-stream kernel is the slower one
+// (twenty-eighth session, kernel A/B, tensor cores over row-stream): outputs wider
+// than 64 columns (one image a strip; 128^4: 0.90 in bf16, 0.98 in fp16), or C not a
+// multiple of the row-stream kernel's 64-channel blocks (128x56x56x96: 0.71). On the
+// 64- and 32-wide paper maps, with 2 and 4 images a strip and C = 256 and 1024, tensor
+// cores took 1.03-1.16 of the time.
+constexpr int64_t kMmaConditionalKernelW = 5;
+// Widest output the tensor-core kernel packs two images a strip into (fwd_mma.cuh).
+constexpr int64_t kMmaTwoImageMaxWidth = 64;
+
+namespace {
+bool mma_takes_kernel_width(const DwConvParams& p) {
+  if (p.kernel_w >= kMmaMinKernelW) return true;
+  constexpr int64_t kRowStreamChannels = RowStreamTraits<__half, 4>::kBlockChannels;
+  return p.kernel_w == kMmaConditionalKernelW &&
+         (p.out_w > kMmaTwoImageMaxWidth || p.channels % kRowStreamChannels != 0);
+}
+}  // namespace
 
 FwdKernel select_fwd_kernel(const DwConvParams& p, bool half_precision) {
-  if (half_precision && p.kernel_w >= kMmaMinKernelW && fwd_mma_supports(p)) {
+  if (half_precision && mma_takes_kernel_width(p) && fwd_mma_supports(p)) {
     return FwdKernel::kMma;
   }
   if (rowstream_supports(p, half_precision)) return FwdKernel::kRowStream;

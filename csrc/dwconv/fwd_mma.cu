@@ -31,7 +31,8 @@ constexpr int kMaxStreamTilesPerBlock = 16;
 
 // split: images side by side in a strip (fwd_mma.cuh, "Narrow maps"): 1, 2 or 4.
 // tiles_per_block: output tiles a block computes down the image; above 1 only for
-// KH <= 9 (fwd_mma.cuh, the output tile's slots).
+// KH <= kMaxMultiTileKernelH (13), where the ring holds all KH + 7 rows of a tile and
+// the stage all KH filter rows (fwd_mma.cuh, the output tile's slots).
 // filter_copies: 2, or 1 where the second copy alone keeps a second block off the
 // SM (choose_mma_fwd_grid).
 // chunk: filter rows a stage holds with one tile per block: kChunk (8), kShortChunk
@@ -50,17 +51,18 @@ MmaFwdGrid make_mma_fwd_grid(const DwConvParams& p, int split, int tiles_per_blo
   g.tile_cols = split * sub_cols;
   g.sub_pairs = sub_cols / 2;
   g.sub_shift = split == 1 ? 4 : split == 2 ? 3 : 2;
-  g.tile_rows = int(std::min<int64_t>(p.kernel_h + Tr::kRows - 1,
-                                      tiles_per_block > 1 ? Tr::kTallRingRows : chunk + Tr::kRows - 1));
+  const bool whole_filter = tiles_per_block > 1;
+  g.tile_rows = int(whole_filter ? p.kernel_h + Tr::kRows - 1
+                                 : std::min<int64_t>(p.kernel_h + Tr::kRows - 1, chunk + Tr::kRows - 1));
   // Planes of whole 16-byte rows (ldmatrix); the octets' gap puts channel octets 0
   // and 1 of a staging store or an output read on disjoint halves of the 32 banks.
   g.x_plane = g.tile_rows * g.tile_cols;
   g.octet_w = 8 * (g.x_plane / 2) + Tr::kOctetGapWords;
   // B reads taps 8f + d, d in [-7, 15]: up to element 8F + 14 after the 8 leading zeros.
   g.filter_row = Tr::kPitch * g.frags + 16;
-  // With 16 ring slots a 9-row filter is one chunk: one staging pass, one barrier
-  // pair and one A-ring fill per tile instead of two.
-  g.filter_rows = int(std::min<int64_t>(p.kernel_h, g.tile_rows == Tr::kTallRingRows ? Tr::kTallChunk : chunk));
+  // Several tiles a block: the whole filter is one chunk (one staging pass and one
+  // barrier pair a tile).
+  g.filter_rows = int(whole_filter ? p.kernel_h : std::min<int64_t>(p.kernel_h, chunk));
   g.x_bytes = Tr::kOctets * g.octet_w * 4;
   // Filter stage: filter_rows x 16 channels x copies x filter_row elements (a multiple of 4 bytes).
   g.filter_copies = filter_copies;
@@ -79,8 +81,19 @@ MmaFwdGrid make_mma_fwd_grid(const DwConvParams& p, int split, int tiles_per_blo
 size_t mma_fwd_smem_bytes(const MmaFwdGrid& g) { return size_t(g.meta_offset) + sizeof(mma_fwd::BlockState); }
 
 // The streaming kernel's layout (fwd_mma_stream.cuh): g's, with a look-ahead buffer
-// of raw_rows pixel-major tile rows (tile_cols x 32 bytes each) after the filter stage.
+// of raw_rows pixel-major tile rows (tile_cols x 32 bytes each) after the filter stage,
+// and channel planes an odd number of 16-byte units long, so that the 8 planes rows of
+// one stmatrix (transpose_raw_rows) fall on distinct bank groups (8 more elements a
+// plane at most).
 MmaFwdGrid with_look_ahead(MmaFwdGrid g, int raw_rows) {
+  using Tr = MmaFwdTraits;
+  if ((g.x_plane / 8) % 2 == 0) {
+    const int old_bytes = g.x_bytes;
+    g.x_plane += 8;
+    g.octet_w = 8 * (g.x_plane / 2) + Tr::kOctetGapWords;
+    g.x_bytes = Tr::kOctets * g.octet_w * 4;
+    g.meta_offset += g.x_bytes - old_bytes;
+  }
   g.raw_rows = raw_rows;
   g.raw_offset = g.meta_offset;
   g.meta_offset += raw_rows * g.tile_cols * MmaFwdTraits::kOctets * 16;
@@ -131,15 +144,42 @@ std::optional<MmaFwdGrid> stream_grid(const DwConvParams& p, const DeviceLimits&
   return std::nullopt;
 }
 
+// Several tiles a block for a filter 10 to 13 rows tall, with 16-byte pixels (vec) and
+// one image a strip (the kernel's kLongChunks form): the most (up to
+// kMaxTilesPerBlock) that keep the SM's resident blocks of one-tile grid g and leave
+// at least `waves` waves, with two filter copies or else one (at k = 13 and F = 2 the
+// second copy alone keeps a second block off the SM; with 2 or 4 images a strip even
+// one does not). tiles > 0 fixes the count (tests), where it fits in a block's shared
+// memory.
+std::optional<MmaFwdGrid> tall_multi_tile_grid(const DwConvParams& p, const DeviceLimits& d, const MmaFwdGrid& g,
+                                               int tiles, int64_t waves, bool vec) {
+  if (!vec || g.split != 1) return std::nullopt;
+  const int resident = resident_blocks(d, mma_fwd_smem_bytes(g));
+  const int most = tiles > 0 ? tiles : MmaFwdTraits::kMaxTilesPerBlock;
+  for (int t = most; t > 1 && (tiles == 0 || t == tiles); --t) {
+    for (int copies : {2, 1}) {
+      const MmaFwdGrid candidate = make_mma_fwd_grid(p, g.split, t, copies);
+      const size_t smem = mma_fwd_smem_bytes(candidate);
+      if (smem > size_t(d.smem_per_block)) continue;
+      if (tiles > 0) return candidate;
+      if (resident_blocks(d, smem) == resident && grid_blocks(p, candidate) >= waves * resident * d.sms) {
+        return candidate;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 // The most images per strip that the output width leaves room for and whose x
 // tile fits in shared memory (1 always fits where fwd_mma_supports holds); then,
-// for filters at most kTallChunk (9) tall, the most tiles per block that leave at
-// least kMinWaves waves of blocks, so that the last wave's idle SMs stay a small
-// part of the time: with 16-byte pixels (vec) and one image a strip the streaming
-// kernel's 16, 8, 4 or 2 at two blocks an SM, else dwconv_fwd_mma_kernel's up to 4
-// that keep the SMs' resident blocks.
+// for filters at most kMaxMultiTileKernelH (13) tall, the most tiles per block that
+// leave at least kMinWaves waves of blocks, so that the last wave's idle SMs stay a
+// small part of the time: at KH <= 9 with 16-byte pixels (vec) and one image a strip
+// the streaming kernel's 16, 8, 4 or 2 at two blocks an SM, else
+// dwconv_fwd_mma_kernel's up to 4 that keep the SMs' resident blocks
+// (tall_multi_tile_grid above 9 rows).
 // tiles_per_block > 0 fixes the tiles per block instead (tests); filters taller than
-// kTallChunk (9) always get one.
+// kMaxMultiTileKernelH (13) always get one.
 MmaFwdGrid choose_mma_fwd_grid(const DwConvParams& p, int tiles_per_block, bool vec) {
   constexpr int64_t kMinWaves = 4;
   const DeviceLimits d = device_limits();
@@ -171,7 +211,11 @@ MmaFwdGrid choose_mma_fwd_grid(const DwConvParams& p, int tiles_per_block, bool 
       if (resident_blocks(d, mma_fwd_smem_bytes(short_chunk)) == 2) return short_chunk;
     }
   }
-  if (p.kernel_h > MmaFwdTraits::kTallChunk) return with_nine_row_chunks(p, d, g);
+  if (p.kernel_h > MmaFwdTraits::kTallChunk) {
+    const MmaFwdGrid one_tile = with_nine_row_chunks(p, d, g);
+    if (p.kernel_h > MmaFwdTraits::kMaxMultiTileKernelH || g.tiles_h < 2 || tiles_per_block == 1) return one_tile;
+    return tall_multi_tile_grid(p, d, one_tile, tiles_per_block, kMinWaves, vec).value_or(one_tile);
+  }
   if (g.tiles_h < 2) return g;
   if (vec && tiles_per_block != 1) {
     if (tiles_per_block > 1) {
@@ -211,6 +255,10 @@ cudaError_t launch(const DwConvParams& p, const MmaFwdGrid& g, const T* x, const
                             : (one_copy ? mma_fwd::dwconv_fwd_mma_kernel<T, kVec, kPrologue, false, true>
                                         : mma_fwd::dwconv_fwd_mma_kernel<T, kVec, kPrologue, false, false>);
   if constexpr (kVec) {
+    if (g.filter_rows > Tr::kTallChunk) {  // one image a strip (tall_multi_tile_grid)
+      kernel = one_copy ? mma_fwd::dwconv_fwd_mma_kernel<T, true, kPrologue, false, true, true>
+                        : mma_fwd::dwconv_fwd_mma_kernel<T, true, kPrologue, false, false, true>;
+    }
     if (g.raw_rows > 0) {  // one image a strip (stream_grid)
       kernel = one_copy ? mma_fwd::dwconv_fwd_mma_stream_kernel<T, kPrologue, true>
                         : mma_fwd::dwconv_fwd_mma_stream_kernel<T, kPrologue, false>;

@@ -52,17 +52,17 @@
 // up to fp32 summation order.
 // The output tile goes back through shared memory, so that global stores are
 // 16-byte vectors of 8 channels. It aliases the ring slots of rows 8j .. 8j + 7,
-// which the next tile of the block never reads (it starts at row 8j + 8); with
-// one chunk per tile (KH <= 8) no later row has overwritten them before the
-// accumulators are written, and with KH = 9 a ring of 16 slots keeps the
-// tile's 16 rows apart (make_mma_fwd_grid allows several tiles per block for
-// KH <= 9 only).
+// which the next tile of the block never reads (it starts at row 8j + 8). With
+// several tiles a block the ring holds all KH + 7 rows of a tile and the stage all
+// its filter rows (KH <= kMaxMultiTileKernelH, make_mma_fwd_grid), so a tile is one
+// chunk, and the next tile's new rows, which take those same slots, are staged only
+// after the output tile has been read back (the barrier at the top of the tile loop).
 //
 // Tiles per block. Staging costs about as much as the MMAs at small filters:
 // bf16 k = 9 on 128x128x128x128 took 1.68 ms where the k = 31 and k = 51 times
 // put the MMA work at 0.40 ms. A block that walks down T tiles stages 8 new
-// input rows per tile instead of KH + 7, and with 16 ring slots a 9-row filter is
-// one chunk of 9 steps (one staging pass and one barrier pair per tile, not two).
+// input rows per tile instead of KH + 7, and the filter once, in one chunk (one
+// staging pass and one barrier pair per tile; at KH = 9 and 13 there were two).
 // Measured on the H200, bf16 k = 9, 15-30% faster (docs/perf-notes.md, twelfth
 // session). Four staging items in flight per thread instead of one were measured
 // too: 6-9% slower at k = 9 and 11% at k = 13 and 17, so staging keeps one.
@@ -99,10 +99,14 @@ struct MmaFwdTraits {
   static constexpr int kRows = 8;                                 // output rows per warp (ring length)
   static constexpr int kChunk = 8;                                // filter rows per shared-memory stage
   static constexpr int kRingRows = kChunk + kRows - 1;            // input rows one chunk reads
-  // Ring slots with several tiles per block at KH = 9 (one tile reads 16 rows),
-  // where all 9 filter rows are one chunk.
-  static constexpr int kTallRingRows = kChunk + kRows;
-  static constexpr int kTallChunk = kTallRingRows - kRows + 1;
+  // Filter rows a stage holds for taller filters with one tile a block, where that
+  // takes fewer stages than 8 (fwd_mma.cu, with_nine_row_chunks), and the most steps
+  // one mma_chunk call takes: a longer chunk runs as calls of at most 9.
+  static constexpr int kTallChunk = 9;
+  // Several tiles a block: the ring holds all KH + 7 rows of a tile and the stage all
+  // KH filter rows (one chunk a tile), up to this height (k = 13 with one filter
+  // copy: 105 KB a block at F = 2 on 128-wide maps, two an SM).
+  static constexpr int kMaxMultiTileKernelH = 13;
   static constexpr int kMaxTilesPerBlock = 4;
   static constexpr int kStripW = 128;                             // output columns per block (16 x 8)
   // Fragment f covers taps [8f, 8f + 8), the last one [8(F - 1), 8(F - 1) + 9):
@@ -125,11 +129,11 @@ struct MmaFwdTraits {
 struct MmaFwdGrid {
   int frags;        // F = max(1, ceil((KW - 1) / 8))
   int tile_cols;    // x tile row length in elements (split x (8F + 128 / split), a multiple of 8)
-  int tile_rows;    // slots of the x ring: min(KH + 7, kRingRows), or min(KH + 7, kTallRingRows) with tiles_per_block > 1
-  int x_plane;      // elements per channel of the x tile (tile_rows x tile_cols)
+  int tile_rows;    // slots of the x ring: min(KH + 7, chunk + 7), or KH + 7 with tiles_per_block > 1
+  int x_plane;      // elements per channel of the x tile: tile_rows x tile_cols (+ 8 in the streaming kernel, with_look_ahead)
   int octet_w;      // words from channel c's plane to channel c + 8's: 8 x_plane / 2 + kOctetGapWords
   int filter_row;   // WP: elements per filter row copy (8F + 16)
-  int filter_rows;  // filter rows per stage (the chunk): min(KH, kChunk), or kTallChunk with tile_rows 16
+  int filter_rows;  // filter rows per stage (the chunk): min(KH, chunk), or KH with tiles_per_block > 1
   int x_bytes;      // offset of the filter stage in shared memory
   int meta_offset;  // offset of the block's BlockState in shared memory
   // blockIdx.x = channel block; spatial block = blockIdx.z * gridDim.y + blockIdx.y =
@@ -306,16 +310,17 @@ __device__ __forceinline__ uint32_t prologue_word(const ChannelAffine<8>& a, Act
 
 // The look-ahead buffer (fwd_mma_stream.cuh) holds input pixels as they lie in
 // NHWC: unit (row, tile column, octet) is the 16 bytes of 8 channels, units in that
-// order. Its byte offset has bit 5 (the column's low bit) flipped where bit 7 (the
-// column's bit 2) is set: a quarter-warp of stage_input reads one octet of columns
-// 2q for four consecutive q, which would otherwise meet on the same 16-byte bank
-// group twice.
+// order. Its byte offset has bits 4 and 5 flipped where bit 7 (the column's bit 2) is
+// set, so that neither reader meets a 16-byte bank group twice in a quarter-warp:
+// transpose_raw_rows' ldmatrix reads one octet of 8 consecutive columns (bit 4
+// separates columns c..c + 3 from c + 4..c + 7), and stage_input one octet of columns
+// 2q for four consecutive q, both octets (bit 5 separates q, q + 1 from q + 2, q + 3).
 __device__ __forceinline__ int raw_unit(const MmaFwdGrid& g, int row, int col, int octet) {
   return (row * g.tile_cols + col) * MmaFwdTraits::kOctets + octet;
 }
 __device__ __forceinline__ int raw_unit_byte(int unit) {
   const int b = unit * 16;
-  return b ^ ((b >> 2) & 32);
+  return b ^ ((b >> 3) & 16) ^ ((b >> 2) & 32);
 }
 __device__ __forceinline__ void load_raw_unit(const unsigned char* raw, int unit, bool valid, uint32_t (&v)[4]) {
   uint4 u = make_uint4(0u, 0u, 0u, 0u);
@@ -721,7 +726,11 @@ __device__ __forceinline__ void store_tile(
 
 // kNarrow: more than one image per strip (MmaFwdGrid::split > 1).
 // kOneCopy: one filter copy (MmaFwdGrid::filter_copies == 1).
-template <typename T, bool kVec, bool kPrologue, bool kNarrow, bool kOneCopy>
+// kLongChunks: chunks of more than kTallChunk filter rows (several tiles a block at
+// KH 10-13, MmaFwdGrid::filter_rows > 9), run as MMA runs of at most 9; a separate
+// instantiation, since the run loop alone raised the hot kernels' spills (12/28 ->
+// 20/56 bytes) and cost 1-2% at k = 9 on 128x64x64x256 (twenty-eighth session).
+template <typename T, bool kVec, bool kPrologue, bool kNarrow, bool kOneCopy, bool kLongChunks = false>
 __global__ void __launch_bounds__(MmaFwdTraits::kThreads, 2)
 dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, T* __restrict__ y_ptr,
                       DwConvParams p, MmaFwdGrid g, FwdEpilogue epilogue, FwdPrologue prologue) {
@@ -774,7 +783,15 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
         state->filter_rows = steps;
       }
 
-      mma_tile<T, kOneCopy>(acc, g, xs, fs, state, need_begin, steps, 0);
+      if constexpr (kLongChunks) {
+        // Runs of at most 9 steps over the resident rows: each refills the A ring (7
+        // ldmatrix a fragment and channel), and no mma_chunk longer than 9 is compiled.
+        for (int s0 = 0; s0 < steps; s0 += Tr::kTallChunk) {
+          mma_tile<T, kOneCopy>(acc, g, xs, fs, state, need_begin + s0, min(Tr::kTallChunk, steps - s0), s0);
+        }
+      } else {
+        mma_tile<T, kOneCopy>(acc, g, xs, fs, state, need_begin, steps, 0);
+      }
       // The next chunk's staging overwrites ring slots and the filter stage; the
       // output rows below alias ring slots.
       __syncthreads();

@@ -17,7 +17,7 @@ bool fwd_mma_supports(const DwConvParams& p);
 // y = epilogue(conv(prologue(x), w)) with T = __half or __nv_bfloat16; enqueues on
 // `stream`, never synchronizes. Call only when fwd_mma_supports(p).
 // tiles_per_block: 0 lets the launcher choose how many 8-row output tiles a block
-// computes (fwd_mma.cu); a positive count fixes it where KH <= 9, for tests (1: one
+// computes (fwd_mma.cu); a positive count fixes it where KH <= 13, for tests (1: one
 // tile; above 1 with 16-byte pixels and maps over 64 wide, the streaming kernel
 // of fwd_mma_stream.cuh).
 template <typename T>

@@ -12,8 +12,10 @@
 // of tile j - 1's output rows. Right after tile j's rows are in the ring, the block
 // issues cp.async copies of tile j + 1's 8 new rows, pixel-major as they lie in x,
 // into a look-ahead buffer (cp.async cannot transpose); they fly during tile j's
-// MMAs and output store, and stage_input then transposes them from shared memory,
-// a few tens of cycles away instead of a DRAM round trip. The filter (KH rows, one
+// MMAs and output store, and are then transposed from shared memory into the
+// planes, a few tens of cycles away instead of a DRAM round trip: on sm_90 by
+// ldmatrix.trans and stmatrix, 8x8 blocks at a time (transpose_raw_rows), and with
+// the prologue or before sm_90 (no stmatrix) through registers by stage_input. The filter (KH rows, one
 // stage) is staged once a block, and a block takes up to 16 tiles (the other
 // kernel 4). Needs 16-byte pixels (C % 8 == 0 and aligned pointers: kVec).
 //
@@ -34,13 +36,13 @@ namespace flashdwc {
 namespace mma_fwd {
 
 // cp.async copies of ring rows [row_begin, row_end) (at most kRows) into the
-// look-ahead buffer, unit raw_unit(row - row_begin, column,
-// octet); units outside the image or past C are not copied (stage_input's items
-// there are zeros and do not read them). A thread keeps one octet and the columns
-// kThreads / kOctets apart (up to three: tile_cols = 8F + 128, F <= 17) and walks
-// down the rows with one pointer add a copy: walking units kThreads apart
-// instead took 49 instructions a copy (Nsight Compute, bf16 k = 9 on 128^4, 16% of
-// the kernel's instructions; docs/perf-notes.md, twenty-seventh session).
+// look-ahead buffer, unit raw_unit(row - row_begin, column, octet); units outside the
+// image or past C are zeros, stored directly, so that transpose_raw_rows moves every
+// unit unchecked. A thread keeps one octet and the columns kThreads / kOctets apart
+// (up to three: tile_cols = 8F + 128, F <= 17) and walks down the rows with one
+// pointer add a copy: walking units kThreads apart instead took 49 instructions a
+// copy (Nsight Compute, bf16 k = 9 on 128^4, 16% of the kernel's instructions;
+// docs/perf-notes.md, twenty-seventh session).
 __device__ __forceinline__ void issue_raw_rows(unsigned char* raw, const uint16_t* __restrict__ x,
                                                const DwConvParams& p, const MmaFwdGrid& g, int row_begin,
                                                int row_end) {
@@ -49,28 +51,76 @@ __device__ __forceinline__ void issue_raw_rows(unsigned char* raw, const uint16_
   const BlockTile t = BlockTile::current<false>(g, 0);
   const int octet = int(threadIdx.x % Tr::kOctets);
   const int64_t c = t.channel_base + 8 * octet;
-  if (c >= p.channels) return;
   const int rows = row_end - row_begin;
   const int64_t ih_first = t.oh0 - p.pad_top + row_begin;
-  const int row_lo = int(min(max(-ih_first, int64_t(0)), int64_t(rows)));
+  // Rows [row_lo, row_hi) are in the image (none past C).
+  const int row_lo = c < p.channels ? int(min(max(-ih_first, int64_t(0)), int64_t(rows))) : rows;
   const int row_hi = int(max(min(p.in_h - ih_first, int64_t(rows)), int64_t(row_lo)));
   const int64_t iw0 = t.col0 - p.pad_left;
   const int64_t row_stride = p.in_w * p.channels;
   const int unit_step = g.tile_cols * Tr::kOctets;
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll 1
   for (int col = int(threadIdx.x) / Tr::kOctets; col < g.tile_cols; col += kColStep) {
     const int64_t iw = iw0 + col;
-    if (iw < 0 || iw >= p.in_w) continue;
-    const uint16_t* src = x + ((t.n * p.in_h + ih_first + row_lo) * p.in_w + iw) * p.channels + c;
-    int unit = raw_unit(g, row_lo, col, octet);
+    const bool col_ok = iw >= 0 && iw < p.in_w;
+    const int lo = col_ok ? row_lo : rows, hi = col_ok ? row_hi : rows;
+    int unit = raw_unit(g, 0, col, octet);
+    for (int r = 0; r < lo; ++r, unit += unit_step) {
+      *reinterpret_cast<uint4*>(raw + raw_unit_byte(unit)) = zero;
+    }
+    const uint16_t* src = x + ((t.n * p.in_h + ih_first + lo) * p.in_w + iw) * p.channels + c;
 #pragma unroll 4
-    for (int r = row_lo; r < row_hi; ++r) {
+    for (int r = lo; r < hi; ++r, unit += unit_step) {
       cp_async<16>(raw + raw_unit_byte(unit), src, true);
       src += row_stride;
-      unit += unit_step;
+    }
+    for (int r = hi; r < rows; ++r, unit += unit_step) {
+      *reinterpret_cast<uint4*>(raw + raw_unit_byte(unit)) = zero;
     }
   }
 }
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// The 8 look-ahead rows (issue_raw_rows, all of their units written) into the x tile's
+// channel planes as ring rows row0 .. row0 + 7, warp w taking row w. An 8x8 block of
+// 8 columns x one octet's 8 channels is one ldmatrix matrix (with .trans, lane (g,
+// tig) gets channel g of columns 2tig and 2tig + 1: the plane word) and one stmatrix
+// matrix (row g = channel g's 8 columns, 16 bytes of its plane); one x4 pair moves
+// 4 of them, 256 elements, where stage_input's transpose through registers took
+// about 70 instructions a thread for 16 (Nsight Compute, bf16 k = 7 on 128^4: 14% of
+// the kernel's instructions; docs/perf-notes.md, twenty-eighth session). Matrix m =
+// 4k + i of step k is column group 2k + i / 2, octet i % 2, so a lane's two
+// addresses advance by constants; a row with an odd number of column groups repeats
+// its last group's two matrices in the last step (the same values to the same
+// addresses).
+__device__ __forceinline__ void transpose_raw_rows(uint32_t* xs, const unsigned char* raw, const MmaFwdGrid& g,
+                                                   int row0) {
+  using Tr = MmaFwdTraits;
+  static_assert(Tr::kWarps == Tr::kRows, "one look-ahead row a warp");
+  constexpr int kStepRawBytes = 2 * 8 * Tr::kOctets * 16;  // two column groups of both octets
+  constexpr int kStepPlaneBytes = 2 * 8 * 2;                // two column groups of a plane row
+  const unsigned tid = thread_index();
+  const int warp = int(tid / 32), lane = int(tid % 32);
+  const int i = lane / 8, r = lane % 8;
+  const int groups = g.tile_cols / 8;
+  const int steps = (2 * groups + 3) / 4;
+  const int slot = (row0 + warp) % g.tile_rows;
+  // Unswizzled offsets of a multiple of 256 bytes keep raw_unit_byte's bits 4-7.
+  uint32_t src = shared_address(raw) + uint32_t(raw_unit_byte(raw_unit(g, warp, 8 * (i / 2) + r, i % 2)));
+  uint32_t dst = shared_address(xs) +
+                 4u * uint32_t(channel_word(g, 8 * (i % 2) + r) + slot * (g.tile_cols / 2)) + 16u * uint32_t(i / 2);
+#pragma unroll 1
+  for (int k = 0; k < steps; ++k) {
+    const bool repeat = 2 * k + i / 2 >= groups;  // past the row: the group before
+    uint32_t v[4];
+    ldmatrix_x4_trans(v, repeat ? src - kStepRawBytes / 2 : src);
+    stmatrix_x4(repeat ? dst - kStepPlaneBytes / 2 : dst, v);
+    src += kStepRawBytes;
+    dst += kStepPlaneBytes;
+  }
+}
+#endif
 
 // One image a strip; kOneCopy: one filter copy (fwd_mma.cuh).
 template <typename T, bool kPrologue, bool kOneCopy>
@@ -104,7 +154,15 @@ dwconv_fwd_mma_stream_kernel(const T* __restrict__ x_ptr, const T* __restrict__ 
       // reads of the slots the new rows take are done.
       __syncthreads();
       const int row0 = first_new(tile);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      if constexpr (!kPrologue) {
+        transpose_raw_rows(xs, raw, g, row0);
+      } else {
+        stage_input<T, true, kPrologue, false, true>(xs, x, p, g, row0, row0 + R, prologue, raw);
+      }
+#else
       stage_input<T, true, kPrologue, false, true>(xs, x, p, g, row0, row0 + R, prologue, raw);
+#endif
     }
     // Skipped filter rows and fragments as in dwconv_fwd_mma_kernel. The previous
     // tile's reads of the state were before its output barrier.

@@ -4,7 +4,7 @@
 //        tests/cuda/check_fwd_mma.cu csrc/dwconv/fwd_mma.cu -o check_fwd_mma
 // Run: ./check_fwd_mma   (--big adds a > 2^31-element sampled case; --time times
 // the kernel on the benchmark's bf16 points, median of 20 calls after warm-up)
-// Shapes with KH <= 9 run once with the launcher's choice of output tiles per
+// Shapes with KH <= 13 run once with the launcher's choice of output tiles per
 // block and once with each fixed count 1 to 4, 8 and 16.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -275,11 +275,21 @@ int main(int argc, char** argv) {
       same("k7 same C32 W129 H150 (look-ahead)", 1, 150, 129, 32, 7, 7),
       same("9x5 same C24 W200 H70 N2 (look-ahead)", 2, 70, 200, 24, 9, 5),
       valid("k9 valid C16 W140 H90 (look-ahead)", 1, 90, 140, 16, 9, 9),
+      // Several tiles a block for filters 10-13 rows tall (one image a strip, 16-byte
+      // pixels; one chunk of KH rows, run as 9 + the rest): 13 rows over two images and
+      // a ragged channel block, 11x13 with a last tile block of fewer tiles, 10x10 with
+      // C % 8 != 0 and 12x7 over 2 images a strip (both one tile a block), and tiles
+      // whose filter rows read only padding.
+      same("k13 same C24 W130 H40 N2 (tall tiles)", 2, 40, 130, 24, 13, 13),
+      same("11x13 same C16 W150 H70 (tall tiles)", 1, 70, 150, 16, 11, 13),
+      same("10x10 same C12 W140 H30 (tall tiles, scalar)", 1, 30, 140, 12, 10, 10),
+      same("12x7 same C16 W60 H28 N3 (tall tiles, two images)", 3, 28, 60, 16, 12, 7),
+      {"13x13 tall pad C16 W130 (tall tiles)", 1, 12, 130, 16, 13, 13, 20, 6, 48, 130, false},
   };
   bool ok = true;
   for (const Shape& s : shapes) {
     for (int tiles : {0, 1, 2, 3, 4, 8, 16}) {
-      if (tiles > 0 && s.kh > 9) break;
+      if (tiles > 0 && s.kh > 13) break;
       ok &= run_shape<__half>(s, rng, 0, tiles);
       ok &= run_shape<__nv_bfloat16>(s, rng, 0, tiles);
     }
