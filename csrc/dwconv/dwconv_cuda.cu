@@ -176,15 +176,16 @@ bool rowstream_supports(const DwConvParams& p, bool half_precision) {
 // session, docs/perf-notes.md), bf16, tensor cores against the CUDA-core kernels: KW = 7
 // took 0.59-0.69 of the time (0.634 against 1.061 ms on 128^4, 0.338 against 0.551 on
 // 128x64x64x256, 0.079 against 0.135 on ConvNeXt's 128x28x28x192), and KW = 3
-// 1.75-1.91x, so KW = 3 and 4 stay on CUDA cores. KW = 6 has no row-stream kernel (the
-// tiled GEMV one would take it).
+// 1.75-1.91x, so KW = 3 and 4 stay on CUDA cores. KW = 6 has no row-stream kernel; on
+// tensor cores it takes 0.34-0.55 of the tiled GEMV kernel's time (twenty-eighth
+// session).
 constexpr int64_t kMmaMinKernelW = 6;
 // KW = 5 goes to tensor cores only where the row-stream kernel is the slower one
 // (twenty-eighth session, kernel A/B, tensor cores over row-stream): outputs wider
 // than 64 columns (one image a strip; 128^4: 0.90 in bf16, 0.98 in fp16), or C not a
 // multiple of the row-stream kernel's 64-channel blocks (128x56x56x96: 0.71). On the
 // 64- and 32-wide paper maps, with 2 and 4 images a strip and C = 256 and 1024, tensor
-// cores took 1.03-1.16 of the time.
+// cores took 1.03-1.16 of the time (on a build where they were themselves 0-5% slower).
 constexpr int64_t kMmaConditionalKernelW = 5;
 // Widest output the tensor-core kernel packs two images a strip into (fwd_mma.cuh).
 constexpr int64_t kMmaTwoImageMaxWidth = 64;

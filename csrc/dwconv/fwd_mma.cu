@@ -21,6 +21,17 @@ constexpr int64_t kMmaMaxKernelH = 1 << 20;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The x tile as channel planes of x_plane elements each: the two octets' offset and
+// the tile's bytes (fwd_mma.cuh, the x tile). Planes of whole 16-byte rows
+// (ldmatrix); the octets' gap puts channel octets 0 and 1 of a staging store or an
+// output read on disjoint halves of the 32 banks.
+void set_x_planes(MmaFwdGrid& g, int x_plane) {
+  using Tr = MmaFwdTraits;
+  g.x_plane = x_plane;
+  g.octet_w = 8 * (x_plane / 2) + Tr::kOctetGapWords;
+  g.x_bytes = Tr::kOctets * g.octet_w * 4;
+}
+
 // Filter rows a stage holds where a block of 8-row stages would be alone on its SM.
 constexpr int kShortChunk = 4;
 
@@ -54,16 +65,12 @@ MmaFwdGrid make_mma_fwd_grid(const DwConvParams& p, int split, int tiles_per_blo
   const bool whole_filter = tiles_per_block > 1;
   g.tile_rows = int(whole_filter ? p.kernel_h + Tr::kRows - 1
                                  : std::min<int64_t>(p.kernel_h + Tr::kRows - 1, chunk + Tr::kRows - 1));
-  // Planes of whole 16-byte rows (ldmatrix); the octets' gap puts channel octets 0
-  // and 1 of a staging store or an output read on disjoint halves of the 32 banks.
-  g.x_plane = g.tile_rows * g.tile_cols;
-  g.octet_w = 8 * (g.x_plane / 2) + Tr::kOctetGapWords;
+  set_x_planes(g, g.tile_rows * g.tile_cols);
   // B reads taps 8f + d, d in [-7, 15]: up to element 8F + 14 after the 8 leading zeros.
   g.filter_row = Tr::kPitch * g.frags + 16;
   // Several tiles a block: the whole filter is one chunk (one staging pass and one
   // barrier pair a tile).
   g.filter_rows = int(whole_filter ? p.kernel_h : std::min<int64_t>(p.kernel_h, chunk));
-  g.x_bytes = Tr::kOctets * g.octet_w * 4;
   // Filter stage: filter_rows x 16 channels x copies x filter_row elements (a multiple of 4 bytes).
   g.filter_copies = filter_copies;
   g.meta_offset = g.x_bytes + g.filter_rows * Tr::kBlockChannels * filter_copies * g.filter_row * 2;
@@ -86,12 +93,9 @@ size_t mma_fwd_smem_bytes(const MmaFwdGrid& g) { return size_t(g.meta_offset) + 
 // one stmatrix (transpose_raw_rows) fall on distinct bank groups (8 more elements a
 // plane at most).
 MmaFwdGrid with_look_ahead(MmaFwdGrid g, int raw_rows) {
-  using Tr = MmaFwdTraits;
   if ((g.x_plane / 8) % 2 == 0) {
     const int old_bytes = g.x_bytes;
-    g.x_plane += 8;
-    g.octet_w = 8 * (g.x_plane / 2) + Tr::kOctetGapWords;
-    g.x_bytes = Tr::kOctets * g.octet_w * 4;
+    set_x_planes(g, g.x_plane + 8);
     g.meta_offset += g.x_bytes - old_bytes;
   }
   g.raw_rows = raw_rows;
@@ -155,8 +159,8 @@ std::optional<MmaFwdGrid> tall_multi_tile_grid(const DwConvParams& p, const Devi
                                                int tiles, int64_t waves, bool vec) {
   if (!vec || g.split != 1) return std::nullopt;
   const int resident = resident_blocks(d, mma_fwd_smem_bytes(g));
-  const int most = tiles > 0 ? tiles : MmaFwdTraits::kMaxTilesPerBlock;
-  for (int t = most; t > 1 && (tiles == 0 || t == tiles); --t) {
+  const int most = tiles > 0 ? tiles : MmaFwdTraits::kMaxTilesPerBlock, least = tiles > 0 ? tiles : 2;
+  for (int t = most; t >= least; --t) {
     for (int copies : {2, 1}) {
       const MmaFwdGrid candidate = make_mma_fwd_grid(p, g.split, t, copies);
       const size_t smem = mma_fwd_smem_bytes(candidate);
