@@ -143,10 +143,14 @@ FUSION_CASES = [
 # TEST_CASES never reach. On an H200 MULTI_TILE_CASE takes 4 tiles a block over 5 tile
 # rows (a last tile block of one tile), with 4 images in each 128-column strip and the
 # 9-row filter as one chunk; STREAM_CASE, one image a strip, takes the streaming kernel
-# (fwd_mma_stream.cuh) at 4 tiles a block with its look-ahead. tests/cuda/check_fwd_mma.cu
-# forces every tile count on small shapes.
+# (fwd_mma_stream.cuh) at 4 tiles a block with its look-ahead; TALL_TILE_CASE, a 13-row
+# filter over one image a strip, takes 4 tiles a block with all 13 filter rows as one
+# chunk and one filter copy (the kLongChunks kernel), over 9 tile rows (a last tile
+# block of one tile), two strips and a ragged last channel block (C = 1064).
+# tests/cuda/check_fwd_mma.cu forces every tile count on small shapes.
 MULTI_TILE_CASE = ConvCase("mma_tiles_k9_h40_w32", 64, 40, 32, 1024, 9, 9)
 STREAM_CASE = ConvCase("mma_stream_k9_h64_w96", 48, 64, 96, 256, 9, 9)
+TALL_TILE_CASE = ConvCase("mma_tall_tiles_k13_h72_w130", 8, 72, 130, 1064, 13, 13)
 
 # Small enough for numerical differentiation.
 GRAD_CASES = [
