@@ -331,20 +331,29 @@ __device__ __forceinline__ void load_raw_unit(const unsigned char* raw, int unit
 // Ring rows [row_begin, row_end) (ring row i is input row oh0 - pad_top + i,
 // oh0 the block's first output row; tile column q is input column
 // col0 - pad_left + q) into slots i % tile_rows; row_end - row_begin <= tile_rows.
-// An item is two adjacent columns x 8 channels: two 16-byte loads, then per
-// channel one 32-bit store of the column pair (the transpose from NHWC).
-// kPrologue: the prologue is applied to the elements inside the image.
+// An item is two adjacent columns x 8 channels (word q of a tile row): two 16-byte
+// loads, then per channel one 32-bit store of the column pair (the transpose from
+// NHWC). kPrologue: the prologue is applied to the elements inside the image.
 // kNarrow: more than one image per strip.
 //
-// A thread's items are kThreads apart: item it is channel octet it % kOctets (the
-// same in all of them) and word rest = it / kOctets of the staged rows, row
-// rest / pairs, word q = rest % pairs. The row and word are found by one division per
-// call and then carried from item to item (rest grows by kThreads / kOctets = 128,
-// less than 2 x pairs), with the global offset of the item's row and its ring slot:
-// computed per item, the division by pairs, the 64-bit offset and the bounds tests
-// came to about 70 of the loop's 107 SASS instructions an item (bf16, one image a
-// strip, docs/perf-notes.md, nineteenth session). The image bounds become ranges of
-// rows and of words, computed once. Two items are loaded before either is stored.
+// Thread tid stages channel octet tid % kOctets. Its lane tid / kOctets is row phase
+// lane / Q and word lane % Q: it stages rows phase + i x P, P = 128 / Q phases, and in
+// each the words lane % Q + m x Q; lanes from P x Q on stage nothing. Rows are the
+// outer loop, so a row's bounds, source pointer and ring slot are found once a row;
+// along a row each item steps its word, image, source pointer and destination by
+// constants and tests its column with two unsigned compares: about 55 SASS
+// instructions an item at bf16 with 2 images a strip (a loop turn of 2 items is 109,
+// 16 of them PRMT and 16 STS), where items 256 apart in row-major order, the row and
+// word carried from item to item, took about 78 with one image and 100 with 2 or 4
+// (the image of each word found again, 64-bit offsets; docs/perf-notes.md,
+// twenty-eighth and twenty-ninth sessions). Two items of a row are loaded before
+// either is stored.
+// Q gives each phase ceil(rows / 16) rows, capped at the image's sub-row words so
+// that a step of Q crosses at most one image boundary: within 1% of the best Q in
+// [8, 128] on average over F <= 17, 1-4 images and 1-20 rows. Powers of two alone
+// left lanes idle where 128 / Q does not divide the rows (9-row stages of 112-word
+// rows: 14 items a thread against 8, and k = 21 on a 32-wide map at 1.06 of the
+// previous loop's time).
 //
 // kFromRaw: the rows' pixels are read from the look-ahead buffer `raw`, where
 // issue_raw_rows copied them (raw row r = staged row r), instead of from x; the
@@ -354,16 +363,11 @@ __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __rest
                                             const MmaFwdGrid& g, int row_begin, int row_end,
                                             const FwdPrologue& prologue, const unsigned char* raw = nullptr) {
   using Tr = MmaFwdTraits;
-  constexpr int kRestStep = Tr::kThreads / Tr::kOctets;
-  static_assert(Tr::kThreads % Tr::kOctets == 0, "a thread stages one channel octet");
-  // pairs >= 68 (make_mma_fwd_grid: a tile row holds at least 8 + 128 columns, or 2 or
-  // 4 images of 8 + 64 or 8 + 32), so one step crosses at most two rows.
-  static_assert(kRestStep < 2 * 68, "advance() wraps the word at most twice");
+  constexpr int kLanes = Tr::kThreads / Tr::kOctets;
   const BlockTile t = BlockTile::current<kNarrow>(g, 0);
   const int pairs = g.tile_cols / 2;
   const int plane_w = g.x_plane / 2;
   const int rows = row_end - row_begin;
-  const int items = rows * pairs * Tr::kOctets;
   const int octet = int(threadIdx.x % Tr::kOctets);
   const int64_t c = t.channel_base + 8 * octet;
   const bool channel_ok = c < p.channels;
@@ -372,37 +376,31 @@ __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __rest
   const int row_lo = int(min(max(-ih_first, int64_t(0)), int64_t(rows)));
   const int row_hi = int(max(min(p.in_h - ih_first, int64_t(rows)), int64_t(row_lo)));
   // Word j of an image's sub-row holds input columns iw0 + 2j and iw0 + 2j + 1; the
-  // first is in the image for j in [lo0, hi0), the second for j in [lo1, hi1)
+  // first is in the image for j in [lo0, lo0 + n0), the second for j in [lo1, lo1 + n1)
   // (>> 1 is floor division by 2 on the signed values).
   const int64_t iw0 = t.col0 - p.pad_left;
   auto clamp_word = [&](int64_t j) { return int(min(max(j, int64_t(0)), int64_t(g.sub_pairs))); };
-  const int lo0 = clamp_word(-(iw0 >> 1)), hi0 = clamp_word(((p.in_w - 1 - iw0) >> 1) + 1);
-  const int lo1 = clamp_word(-((iw0 + 1) >> 1)), hi1 = clamp_word(((p.in_w - 2 - iw0) >> 1) + 1);
+  const int lo0 = clamp_word(-(iw0 >> 1)), lo1 = clamp_word(-((iw0 + 1) >> 1));
+  const unsigned n0 = unsigned(max(clamp_word(((p.in_w - 1 - iw0) >> 1) + 1) - lo0, 0));
+  const unsigned n1 = unsigned(max(clamp_word(((p.in_w - 2 - iw0) >> 1) + 1) - lo1, 0));
   // Images of the strip that exist (kNarrow: the last strip may hold fewer).
   const int images = kNarrow ? int(min(p.batch - t.n, int64_t(4))) : 1;
   const int64_t row_stride = p.in_w * p.channels;
-  const int64_t image_stride = p.in_h * row_stride;
   const int64_t pair_stride = 2 * p.channels;
 
-  int rest = int(threadIdx.x / Tr::kOctets);
-  int row = rest / pairs;
-  int q = rest - row * pairs;
-  int slot = wrap_slot(row_begin % g.tile_rows + row, g.tile_rows);
-  // Offset of word 0 of image t.n in staged row `row`, channel c (outside the tensor
-  // for rows outside the image; only valid items are read).
-  int64_t row_offset = ((t.n * p.in_h + ih_first + row) * p.in_w + iw0) * p.channels + c;
-  auto advance = [&]() {
-    q += kRestStep;
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      if (q >= pairs) {
-        q -= pairs;
-        ++row;
-        row_offset += row_stride;
-        slot = slot + 1 == g.tile_rows ? 0 : slot + 1;
-      }
-    }
-  };
+  const int rows_each = (max(rows, 1) + 15) / 16;
+  const int col_step = min(kLanes / ((max(rows, 1) + rows_each - 1) / rows_each), g.sub_pairs);
+  const int row_step = kLanes / col_step;
+  const int lane = int(threadIdx.x / Tr::kOctets);
+  const int phase = lane / col_step, q0 = lane - phase * col_step;
+  const int r0 = phase < row_step ? phase : rows;
+  const int slot_begin = row_begin % g.tile_rows;
+  // Source of word q0 of image t.n, row r0, channel c (outside the tensor for rows and
+  // columns outside the image, where nothing is read), and the steps from it.
+  const uint16_t* row_src = x + (((t.n * p.in_h + ih_first + r0) * p.in_w + iw0 + 2 * q0) * p.channels + c);
+  const int64_t row_src_step = row_step * row_stride;
+  const int64_t col_src_step = col_step * pair_stride;
+  const int64_t image_src_step = p.in_h * row_stride - g.sub_pairs * pair_stride;
   ChannelAffine<8> affine;
   if constexpr (kPrologue) affine.load(prologue, c, p.channels);
 
@@ -411,58 +409,64 @@ __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __rest
     bool ok0, ok1;
     uint32_t* dst;
   };
-  // The current item's loads; the stores wait in store().
-  auto load = [&](Item& item) {
-    int sub = 0, j = q;  // word q of the tile row is word j of image t.n + sub
-    if constexpr (kNarrow) {
+#pragma unroll 1
+  for (int r = r0; r < rows; r += row_step, row_src += row_src_step) {
+    const bool row_ok = channel_ok && r >= row_lo && r < row_hi;
+    uint32_t* dst = xs + octet * g.octet_w + wrap_slot(slot_begin + r, g.tile_rows) * pairs + q0;
+    const uint16_t* src = row_src;
+    int j = q0, sub = 0;  // word q of the row is word j of image t.n + sub
+    // The current item's loads (word q); the stores wait in store().
+    auto load = [&](Item& item, int q) {
+      const bool ok = row_ok && (!kNarrow || sub < images);
+      item.ok0 = ok && unsigned(j - lo0) < n0;
+      item.ok1 = ok && unsigned(j - lo1) < n1;
+      if constexpr (kFromRaw) {
+        const int unit = raw_unit(g, r, 2 * q, octet);
+        load_raw_unit(raw, unit, item.ok0, item.v0);
+        load_raw_unit(raw, unit + Tr::kOctets, item.ok1, item.v1);
+      } else {
+        load8<kVec>(src, item.ok0, p.channels - c, item.v0);
+        load8<kVec>(src + p.channels, item.ok1, p.channels - c, item.v1);
+      }
+      item.dst = dst;
+    };
+    auto step = [&]() {
+      j += col_step;
+      src += col_src_step;
+      dst += col_step;
+      if (kNarrow && j >= g.sub_pairs) {
+        j -= g.sub_pairs;
+        ++sub;
+        src += image_src_step;
+      }
+    };
+    auto store = [&](Item& item) {
+      if constexpr (kPrologue) {
 #pragma unroll
-      for (int k = 1; k < 4; ++k) {
-        if (j >= g.sub_pairs) {
-          j -= g.sub_pairs;
-          ++sub;
+        for (int k = 0; k < 4; ++k) {
+          if (item.ok0) item.v0[k] = prologue_word<T>(affine, prologue.activation, item.v0[k], k);
+          if (item.ok1) item.v1[k] = prologue_word<T>(affine, prologue.activation, item.v1[k], k);
         }
       }
-    }
-    const bool row_ok = channel_ok && row >= row_lo && row < row_hi && (!kNarrow || sub < images);
-    item.ok0 = row_ok && j >= lo0 && j < hi0;
-    item.ok1 = row_ok && j >= lo1 && j < hi1;
-    if constexpr (kFromRaw) {
-      const int unit = raw_unit(g, row, 2 * q, octet);
-      load_raw_unit(raw, unit, item.ok0, item.v0);
-      load_raw_unit(raw, unit + Tr::kOctets, item.ok1, item.v1);
-    } else {
-      const int64_t offset = row_offset + (kNarrow ? sub * image_stride : 0) + j * pair_stride;
-      load8<kVec>(item.ok0 ? x + offset : x, item.ok0, p.channels - c, item.v0);
-      load8<kVec>(item.ok1 ? x + offset + p.channels : x, item.ok1, p.channels - c, item.v1);
-    }
-    item.dst = xs + octet * g.octet_w + slot * pairs + q;
-  };
-  auto store = [&](Item& item) {
-    if constexpr (kPrologue) {
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        if (item.ok0) item.v0[k] = prologue_word<T>(affine, prologue.activation, item.v0[k], k);
-        if (item.ok1) item.v1[k] = prologue_word<T>(affine, prologue.activation, item.v1[k], k);
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < 8; ++k) item.dst[k * plane_w] = pack_channel(item.v0, item.v1, k);
-  };
-  int it = int(threadIdx.x);
+      for (int k = 0; k < 8; ++k) item.dst[k * plane_w] = pack_channel(item.v0, item.v1, k);
+    };
+    int q = q0;
 #pragma unroll 1
-  for (; it + Tr::kThreads < items; it += 2 * Tr::kThreads) {
-    Item a, b;
-    load(a);
-    advance();
-    load(b);
-    advance();
-    store(a);
-    store(b);
-  }
-  if (it < items) {
-    Item a;
-    load(a);
-    store(a);
+    for (; q + col_step < pairs; q += 2 * col_step) {
+      Item a, b;
+      load(a, q);
+      step();
+      load(b, q + col_step);
+      step();
+      store(a);
+      store(b);
+    }
+    if (q < pairs) {
+      Item a;
+      load(a, q);
+      store(a);
+    }
   }
 }
 
