@@ -347,7 +347,10 @@ __device__ __forceinline__ void load_raw_unit(const unsigned char* raw, int unit
 // word carried from item to item, took about 78 with one image and 100 with 2 or 4
 // (the image of each word found again, 64-bit offsets; docs/perf-notes.md,
 // twenty-eighth and twenty-ninth sessions). Two items of a row are loaded before
-// either is stored.
+// either is stored. Against that loop: 0.95-0.98 at k = 9-31 on the 32- and 64-wide
+// maps (bf16; 1.00 at fp16 k = 7 on the 32-wide one), 0.97 and 0.99 at k = 17 and 31
+// on 128x128x128x128, 1.03 at k = 7 there (the streaming kernel, which stages this
+// way only its first tile).
 // Q gives each phase ceil(rows / 16) rows, capped at the image's sub-row words so
 // that a step of Q crosses at most one image boundary: within 1% of the best Q in
 // [8, 128] on average over F <= 17, 1-4 images and 1-20 rows. Powers of two alone
@@ -388,11 +391,17 @@ __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __rest
   const int64_t row_stride = p.in_w * p.channels;
   const int64_t pair_stride = 2 * p.channels;
 
-  const int rows_each = (max(rows, 1) + 15) / 16;
-  const int col_step = min(kLanes / ((max(rows, 1) + rows_each - 1) / rows_each), g.sub_pairs);
-  const int row_step = kLanes / col_step;
+  // Phases: the rows, or half of them (rounded up) above 16; rows <= tile_rows <= 20
+  // here, and more rows would only narrow Q. The quotients by runtime values are
+  // floor((a + 0.5) / b) by the approximate float division, exact where a < 2^8 and
+  // b <= 2^8: (a + 0.5) / b is at least 0.5 / b from an integer, more than its error
+  // (the three integer divisions had cost about 70 instructions a call).
+  auto quotient = [](int a, int b) { return int(__fdividef(float(a) + 0.5f, float(b))); };
+  const int phases = max(rows <= 16 ? rows : (rows + 1) >> 1, 1);
+  const int col_step = min(quotient(kLanes, phases), g.sub_pairs);
+  const int row_step = quotient(kLanes, col_step);
   const int lane = int(threadIdx.x / Tr::kOctets);
-  const int phase = lane / col_step, q0 = lane - phase * col_step;
+  const int phase = quotient(lane, col_step), q0 = lane - phase * col_step;
   const int r0 = phase < row_step ? phase : rows;
   const int slot_begin = row_begin % g.tile_rows;
   // Source of word q0 of image t.n, row r0, channel c (outside the tensor for rows and
