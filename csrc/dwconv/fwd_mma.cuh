@@ -314,7 +314,9 @@ __device__ __forceinline__ uint32_t prologue_word(const ChannelAffine<8>& a, Act
 // set, so that neither reader meets a 16-byte bank group twice in a quarter-warp:
 // transpose_raw_rows' ldmatrix reads one octet of 8 consecutive columns (bit 4
 // separates columns c..c + 3 from c + 4..c + 7), and stage_input one octet of columns
-// 2q for four consecutive q, both octets (bit 5 separates q, q + 1 from q + 2, q + 3).
+// 2q for four consecutive q, both octets (bit 5 separates q, q + 1 from q + 2, q + 3);
+// where stage_input's Q is not a multiple of 4, a quarter-warp whose four words span
+// two row phases may meet one twice.
 __device__ __forceinline__ int raw_unit(const MmaFwdGrid& g, int row, int col, int octet) {
   return (row * g.tile_cols + col) * MmaFwdTraits::kOctets + octet;
 }
