@@ -482,33 +482,44 @@ __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __rest
 }
 
 // Filter rows [k0, k0 + rows) into the stage, with both copies unless kOneCopy
-// (see the file comment).
+// (see the file comment). An item is word i of a row copy for 8 channels: copy-0
+// elements 2i and 2i + 1 (taps 2i - kFilterPad and the next) and copy-1 elements 2i
+// and 2i + 1 (the next two taps), from three 16-byte tap loads (the third only with
+// two copies), stored as one 32-bit word per channel and copy. Copy 1's last element,
+// tap wp - kFilterPad >= KW + 7, is a zero. With an item of one tap and 16-bit stores
+// this loop took about 100 SASS instructions a tap, 10% of the kernel's instructions
+// and of its stall samples at bf16 k = 17 on 128x128x128x128 (Nsight Compute, 318e754;
+// docs/perf-notes.md, thirtieth session).
 template <bool kVec, bool kOneCopy>
 __device__ __forceinline__ void stage_filter(uint16_t* fs, const uint16_t* __restrict__ w, const DwConvParams& p,
                                              const MmaFwdGrid& g, int64_t k0, int rows) {
   constexpr int kCopies = kOneCopy ? 1 : 2;
   using Tr = MmaFwdTraits;
   const int64_t channel_base = BlockTile::first_channel();
-  const int wp = g.filter_row;
-  const int items = rows * wp * Tr::kOctets;
+  const int words = g.filter_row / 2;  // wp is a multiple of 8
+  const int items = rows * words * Tr::kOctets;
+  uint32_t* fw = reinterpret_cast<uint32_t*>(fs);
 #pragma unroll 1
   for (int it = threadIdx.x; it < items; it += Tr::kThreads) {
     const int octet = it % Tr::kOctets;
     const int rest = it / Tr::kOctets;
-    const int pos = rest % wp;
-    const int s = rest / wp;
-    const int64_t kw = pos - Tr::kFilterPad;
+    const int i = rest % words;
+    const int s = rest / words;
     const int64_t c = channel_base + 8 * octet;
-    const bool ok = kw >= 0 && kw < p.kernel_w && c < p.channels;
-    const uint16_t* src = ok ? w + filter_tap(p, k0 + s, kw) * p.channels + c : w;
-    uint32_t v[4];
-    load8<kVec>(src, ok, p.channels - c, v);
-    uint16_t* row = fs + (s * Tr::kBlockChannels + 8 * octet) * kCopies * wp;
+    const int64_t kw0 = 2 * i - Tr::kFilterPad;
+    uint32_t v[kCopies + 1][4];
+#pragma unroll
+    for (int d = 0; d <= kCopies; ++d) {
+      const int64_t kw = kw0 + d;
+      const bool ok = kw >= 0 && kw < p.kernel_w && c < p.channels;
+      const uint16_t* src = ok ? w + filter_tap(p, k0 + s, kw) * p.channels + c : w;
+      load8<kVec>(src, ok, p.channels - c, v[d]);
+    }
+    uint32_t* row = fw + (s * Tr::kBlockChannels + 8 * octet) * kCopies * words + i;
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      const uint16_t h = uint16_t(v[k / 2] >> (16 * (k & 1)));
-      row[k * kCopies * wp + pos] = h;
-      if (!kOneCopy && pos > 0) row[k * kCopies * wp + wp + pos - 1] = h;
+      row[k * kCopies * words] = pack_channel(v[0], v[1], k);
+      if (!kOneCopy) row[k * kCopies * words + words] = pack_channel(v[1], v[kCopies], k);
     }
   }
 }
