@@ -174,6 +174,30 @@ std::optional<MmaFwdGrid> tall_multi_tile_grid(const DwConvParams& p, const Devi
   return std::nullopt;
 }
 
+// One-tile grid g (chunks of at most 9 filter rows) with several tiles a block,
+// the chunks' layout unchanged: the kernel runs odd tiles' chunks in reverse order,
+// so that a tile after the first starts with the chunk its predecessor ended with
+// (its filter rows staged, all but 8 of its input rows in the ring). The most tiles
+// (up to kMaxTilesPerBlock) that leave at least `waves` waves of blocks; tiles > 0
+// fixes the count (tests).
+MmaFwdGrid chunked_multi_tile_grid(const DwConvParams& p, const DeviceLimits& d, const MmaFwdGrid& g, int tiles,
+                                   int64_t waves) {
+  auto with_tiles = [&](int t) {
+    MmaFwdGrid c = g;
+    c.tiles_per_block = t;
+    c.tile_blocks_h = uint32_t(ceil_div(c.tiles_h, t));
+    c.spatial_blocks = uint32_t(ceil_div(p.batch, c.split) * c.tile_blocks_h * c.tiles_w);
+    return c;
+  };
+  if (tiles > 0) return with_tiles(tiles);
+  const int resident = resident_blocks(d, mma_fwd_smem_bytes(g));
+  for (int t = MmaFwdTraits::kMaxTilesPerBlock; t > 1; --t) {
+    const MmaFwdGrid candidate = with_tiles(t);
+    if (grid_blocks(p, candidate) >= waves * resident * d.sms) return candidate;
+  }
+  return g;
+}
+
 // The most images per strip that the output width leaves room for and whose x
 // tile fits in shared memory (1 always fits where fwd_mma_supports holds); then,
 // for filters at most kMaxMultiTileKernelH (13) tall, the most tiles per block that
@@ -202,7 +226,20 @@ MmaFwdGrid choose_mma_fwd_grid(const DwConvParams& p, int tiles_per_block, bool 
   // an odd tap costs one more shared load and a byte permute per B register.
   const MmaFwdGrid one_copy = make_mma_fwd_grid(p, g.split, 1, 1);
   const bool alone = resident_blocks(d, mma_fwd_smem_bytes(g)) == 1;
-  if (alone && resident_blocks(d, mma_fwd_smem_bytes(one_copy)) == 2) return with_nine_row_chunks(p, d, one_copy);
+  // Filters over 9 rows tall: several tiles a block where there are several tile
+  // rows, with the whole filter as one chunk at KH <= 13 (tall_multi_tile_grid) or
+  // else with the one-tile grid's chunks (chunked_multi_tile_grid).
+  auto tall_tiles = [&](const MmaFwdGrid& one_tile) {
+    if (g.tiles_h < 2 || tiles_per_block == 1) return one_tile;
+    if (p.kernel_h <= MmaFwdTraits::kMaxMultiTileKernelH) {
+      if (const auto whole = tall_multi_tile_grid(p, d, one_tile, tiles_per_block, kMinWaves, vec)) return *whole;
+    }
+    return chunked_multi_tile_grid(p, d, one_tile, tiles_per_block, kMinWaves);
+  };
+  if (alone && resident_blocks(d, mma_fwd_smem_bytes(one_copy)) == 2) {
+    const MmaFwdGrid one_tile = with_nine_row_chunks(p, d, one_copy);
+    return p.kernel_h > MmaFwdTraits::kTallChunk ? tall_tiles(one_tile) : one_tile;
+  }
   // Where neither copy count lets a second block on, half chunks: 4 filter rows a
   // stage and an 11-row x ring (k = 21 and 31 on maps 32 wide, k = 51 on maps 64
   // wide: 135 -> 94, 154 -> 107 and 148 -> 100 KB a block), at twice the stages and
@@ -212,14 +249,10 @@ MmaFwdGrid choose_mma_fwd_grid(const DwConvParams& p, int tiles_per_block, bool 
   if (alone && p.kernel_h > MmaFwdTraits::kTallChunk) {
     for (int copies : {2, 1}) {
       const MmaFwdGrid short_chunk = make_mma_fwd_grid(p, g.split, 1, copies, kShortChunk);
-      if (resident_blocks(d, mma_fwd_smem_bytes(short_chunk)) == 2) return short_chunk;
+      if (resident_blocks(d, mma_fwd_smem_bytes(short_chunk)) == 2) return tall_tiles(short_chunk);
     }
   }
-  if (p.kernel_h > MmaFwdTraits::kTallChunk) {
-    const MmaFwdGrid one_tile = with_nine_row_chunks(p, d, g);
-    if (p.kernel_h > MmaFwdTraits::kMaxMultiTileKernelH || g.tiles_h < 2 || tiles_per_block == 1) return one_tile;
-    return tall_multi_tile_grid(p, d, one_tile, tiles_per_block, kMinWaves, vec).value_or(one_tile);
-  }
+  if (p.kernel_h > MmaFwdTraits::kTallChunk) return tall_tiles(with_nine_row_chunks(p, d, g));
   if (g.tiles_h < 2) return g;
   if (vec && tiles_per_block != 1) {
     if (tiles_per_block > 1) {

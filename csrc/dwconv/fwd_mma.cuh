@@ -267,7 +267,7 @@ struct ActiveRange {
 // taking registers the compute phase needs.
 struct BlockState {
   ActiveRange active;  // of the current tile
-  // Ring rows [max(ring_lo, ring_hi - tile_rows), ring_hi) are in their slots.
+  // Ring rows [ring_lo, ring_hi) are in their slots (ring_hi - ring_lo <= tile_rows).
   int ring_lo, ring_hi;
   // Filter rows [filter_k0, filter_k0 + filter_rows) are in the stage.
   int filter_k0, filter_rows;
@@ -646,24 +646,25 @@ __device__ __forceinline__ void mma_tile(float (&acc)[MmaFwdTraits::kWarpChannel
 }
 
 // The tile's accumulators to y through shared memory (the first 128 columns of the
-// slots of ring rows 8 tile .. 8 tile + 7, which no later tile of the block reads),
-// with the epilogue; the warp's own reads of those slots must be done.
+// 8 slots from out_slot0 on, wrapping, whose rows the next tile of the block does not
+// read: see dwconv_fwd_mma_kernel), with the epilogue; the warp's own reads of those
+// slots must be done.
 template <typename T, bool kVec, bool kNarrow>
 __device__ __forceinline__ void store_tile(
     const float (&acc)[MmaFwdTraits::kWarpChannels][MmaFwdTraits::kRows][4], uint32_t* xs,
-    uint16_t* __restrict__ y, const DwConvParams& p, const MmaFwdGrid& g, int tile, const FwdEpilogue& epilogue) {
+    uint16_t* __restrict__ y, const DwConvParams& p, const MmaFwdGrid& g, int tile, int out_slot0,
+    const FwdEpilogue& epilogue) {
   using Tr = MmaFwdTraits;
   constexpr int R = Tr::kRows;
   const int row_w = g.tile_cols / 2;
   const int plane_w = g.x_plane / 2;
   // Accumulators to the output tile: output row r of channel ch goes to the
-  // first 128 columns of ring row 8 * tile + r's slot in ch's plane. C fragment
+  // first 128 columns of slot out_slot0 + r (wrapping) in ch's plane. C fragment
   // registers 0, 1 are (row g, columns 2tig, 2tig + 1), registers 2, 3 the same
   // columns of row g + 8, i.e. output columns 8g + 2tig (+1) and 64 + 8g + 2tig (+1).
   // The warp's two channels are adjacent planes of one octet; the slot's offset is
   // carried from row to row (one wrap at most).
   const int ring_w = g.tile_rows * row_w;
-  const int out_slot0 = R * tile % g.tile_rows;
   {
     const LaneConsts lc = LaneConsts::make();
     uint32_t* dst0 = xs + channel_word(g, lc.warp * Tr::kWarpChannels) + lc.word;
@@ -789,24 +790,43 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
     float acc[Tr::kWarpChannels][R][4];
     zero_accumulators(acc);
 
-    for (int k0 = state->active.kh_begin; k0 < state->active.kh_end; k0 += g.filter_rows) {
+    // Chunks in reverse order on odd tiles: a tile then starts with the chunk the
+    // previous one ended with, whose filter rows are still staged and whose input rows
+    // but the 8 new ones are still in the ring (see the file comment, several tiles a
+    // block with chunks).
+    const int chunks = (state->active.kh_end - state->active.kh_begin + g.filter_rows - 1) / g.filter_rows;
+    for (int i = 0; i < chunks; ++i) {
+      const int k0 = state->active.kh_begin + ((tile & 1) ? chunks - 1 - i : i) * g.filter_rows;
       const int steps = min(g.filter_rows, state->active.kh_end - k0);
       // The chunk reads ring rows [need_begin, need_end). Those already in their
-      // slots (loaded by the previous chunk or tile) are not staged again; new rows
-      // go to the slots of rows at least tile_rows older, which no later chunk reads.
+      // slots (loaded by an earlier chunk or tile) are not staged again; new rows go
+      // to the slots of rows tile_rows away, which this chunk does not read.
       const int need_begin = R * tile + k0, need_end = need_begin + steps + R - 1;
       const int ring_lo = state->ring_lo, ring_hi = state->ring_hi;
-      const bool resident = need_begin >= ring_lo && need_begin <= ring_hi && need_begin >= ring_hi - g.tile_rows;
-      const int row_begin = resident ? ring_hi : need_begin;
+      int row_begin, row_end, next_lo, next_hi;
+      if (need_begin >= ring_lo && need_begin <= ring_hi) {  // down from ring_hi (or none)
+        row_begin = ring_hi;
+        row_end = max(need_end, ring_hi);
+        next_hi = row_end;
+        next_lo = max(ring_lo, row_end - g.tile_rows);
+      } else if (need_end >= ring_lo && need_end <= ring_hi) {  // up from ring_lo
+        row_begin = need_begin;
+        row_end = ring_lo;
+        next_lo = need_begin;
+        next_hi = min(ring_hi, need_begin + g.tile_rows);
+      } else {
+        row_begin = next_lo = need_begin;
+        row_end = next_hi = need_end;
+      }
       const bool filter_staged = state->filter_k0 == k0 && state->filter_rows == steps;
-      stage_input<T, kVec, kPrologue, kNarrow>(xs, x, p, g, row_begin, need_end, prologue);
+      stage_input<T, kVec, kPrologue, kNarrow>(xs, x, p, g, row_begin, row_end, prologue);
       if (!filter_staged) stage_filter<kVec, kOneCopy>(fs, w, p, g, k0, steps);
       __syncthreads();
       // Every thread has read the state above; the next read follows the barrier
       // below the compute.
       if (threadIdx.x == 0) {
-        state->ring_lo = resident ? ring_lo : need_begin;
-        state->ring_hi = max(row_begin, need_end);
+        state->ring_lo = next_lo;
+        state->ring_hi = next_hi;
         state->filter_k0 = k0;
         state->filter_rows = steps;
       }
@@ -825,7 +845,13 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
       __syncthreads();
     }
 
-    store_tile<T, kVec, kNarrow>(acc, xs, y, p, g, tile, epilogue);
+    // The output goes to the slots of the 8 rows after the resident ones, which hold
+    // rows ring_hi - tile_rows onwards: the next tile starts 8 rows further down with
+    // the chunk this one ended with (or its only chunk), so it reads none of them and
+    // stages its new rows into those slots.
+    const int ring_hi = state->ring_hi;
+    if (threadIdx.x == 0) state->ring_lo = max(state->ring_lo, ring_hi - g.tile_rows + R);
+    store_tile<T, kVec, kNarrow>(acc, xs, y, p, g, tile, ring_hi % g.tile_rows, epilogue);
   }
 }
 

@@ -181,7 +181,7 @@ dwconv_fwd_mma_stream_kernel(const T* __restrict__ x_ptr, const T* __restrict__ 
     // A warp reads and writes only its own channels' planes, so its output rows may
     // overwrite ring slots once its own reads are done.
     __syncwarp();
-    store_tile<T, true, false>(acc, xs, y, p, g, tile, epilogue);
+    store_tile<T, true, false>(acc, xs, y, p, g, tile, R * tile % g.tile_rows, epilogue);
   }
 }
 
