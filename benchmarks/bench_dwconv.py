@@ -117,15 +117,22 @@ def time_fn(fn, arg_sets, samples):
   """Median seconds per call of fn over rotating argument sets, the calls per sample,
   and the samples timed (at most `samples`; see MAX_TIMED_SECONDS)."""
   jax.block_until_ready(fn(*arg_sets[0]))  # compile
-  t0 = time.perf_counter()
-  jax.block_until_ready(fn(*arg_sets[0]))
-  single = time.perf_counter() - t0
-  reps = max(1, min(MAX_CALLS_PER_SAMPLE, int(MIN_SAMPLE_SECONDS / max(single, 1e-6))))
-  # Two more warm-up calls where calls are short. A call of 25 ms or more has had
-  # two already (the compile call and the probe): XLA's filter gradient takes 0.3-1 s
-  # a call at large k on the H200, and these two made 2 of its 25 calls a point.
-  for i in range(2 if reps > 1 else 0):
+
+  def one_call(i):
+    t0 = time.perf_counter()
     jax.block_until_ready(fn(*arg_sets[i % len(arg_sets)]))
+    return time.perf_counter() - t0
+
+  single = one_call(0)
+  # Where calls are short, two more probes (also warm-up), and the fastest sets the
+  # calls per sample: one slow probe (a host hiccup) once gave points of 0.35-1.1 ms
+  # 5-6 calls a sample instead of 16-42, and those read 6-13% slow on the H200
+  # (docs/perf-notes.md, thirtieth session). A call of 25 ms or more has had two
+  # already (the compile call and the probe): XLA's filter gradient takes 0.3-1 s a
+  # call at large k on the H200, and more probes would be more of its 25 calls a point.
+  if single < MIN_SAMPLE_SECONDS:
+    single = min(single, one_call(1), one_call(2))
+  reps = max(1, min(MAX_CALLS_PER_SAMPLE, int(MIN_SAMPLE_SECONDS / max(single, 1e-6))))
   samples = min(samples, max(MIN_SAMPLES, int(MAX_TIMED_SECONDS / (single * reps))))
   times = []
   k = 0
