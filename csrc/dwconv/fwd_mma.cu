@@ -174,12 +174,25 @@ std::optional<MmaFwdGrid> tall_multi_tile_grid(const DwConvParams& p, const Devi
   return std::nullopt;
 }
 
+// Share of the L2 that the input windows of the resident blocks may take for
+// chunked_multi_tile_grid, in tenths.
+constexpr int64_t kChunkedTilesL2Tenths = 7;
+
 // One-tile grid g (chunks of at most 9 filter rows) with several tiles a block,
 // the chunks' layout unchanged: the kernel runs odd tiles' chunks in reverse order,
 // so that a tile after the first starts with the chunk its predecessor ended with
 // (its filter rows staged, all but 8 of its input rows in the ring). The most tiles
 // (up to kMaxTilesPerBlock) that leave at least `waves` waves of blocks; tiles > 0
 // fixes the count (tests).
+// Only where the resident blocks' input windows (KH + 7 rows of the x tile each) take
+// at most 7/10 of the L2. A tile's other chunks read rows that its block read a tile
+// earlier; with one tile a block those rows come from the L2 because the blocks
+// running at the same time are vertical neighbours, with T tiles a block they are T
+// tiles apart and the rows must stay in the L2 for a tile's time. Measured on the H200
+// (bf16, 4 tiles a block against one; docs/perf-notes.md, thirty-first session): 0.96
+// to 0.985 of the time at 27-36 MB of windows (k = 13 on the 32- and 64-wide maps, 17
+// on the 64- and 128-wide ones, 21 on the 128-wide one), 1.00 at 39 MB, 1.03 at 42-53
+// MB (k = 21 on the narrow maps, 31 on the 128-wide one).
 MmaFwdGrid chunked_multi_tile_grid(const DwConvParams& p, const DeviceLimits& d, const MmaFwdGrid& g, int tiles,
                                    int64_t waves) {
   auto with_tiles = [&](int t) {
@@ -191,6 +204,8 @@ MmaFwdGrid chunked_multi_tile_grid(const DwConvParams& p, const DeviceLimits& d,
   };
   if (tiles > 0) return with_tiles(tiles);
   const int resident = resident_blocks(d, mma_fwd_smem_bytes(g));
+  const int64_t window_bytes = (p.kernel_h + MmaFwdTraits::kRows - 1) * g.tile_cols * MmaFwdTraits::kBlockChannels * 2;
+  if (10 * resident * d.sms * window_bytes > kChunkedTilesL2Tenths * d.l2_bytes) return g;
   for (int t = MmaFwdTraits::kMaxTilesPerBlock; t > 1; --t) {
     const MmaFwdGrid candidate = with_tiles(t);
     if (grid_blocks(p, candidate) >= waves * resident * d.sms) return candidate;

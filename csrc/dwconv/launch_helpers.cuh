@@ -48,19 +48,21 @@ struct DeviceLimits {
   int64_t smem_per_block = 0;  // opt-in limit
   int64_t smem_per_sm = 0;
   int64_t smem_reserved_per_block = 0;  // what the runtime keeps per resident block
+  int64_t l2_bytes = 0;
 };
 
 inline DeviceLimits device_limits() {
-  int device = 0, sms = 0, per_block = 0, per_sm = 0, reserved = 0;
+  int device = 0, sms = 0, per_block = 0, per_sm = 0, reserved = 0, l2 = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device) != cudaSuccess) {
+      cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device) != cudaSuccess) {
     (void)cudaGetLastError();  // as in max_smem_per_block
     return {};
   }
-  return {sms, per_block, per_sm, reserved};
+  return {sms, per_block, per_sm, reserved, l2};
 }
 
 }  // namespace flashdwc
