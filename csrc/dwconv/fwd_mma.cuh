@@ -51,12 +51,12 @@
 // away whose windows do not contain it (0 * Inf = NaN); finite inputs are exact
 // up to fp32 summation order.
 // The output tile goes back through shared memory, so that global stores are
-// 16-byte vectors of 8 channels. It aliases the ring slots of rows 8j .. 8j + 7,
-// which the next tile of the block never reads (it starts at row 8j + 8). With
-// several tiles a block the ring holds all KH + 7 rows of a tile and the stage all
-// its filter rows (KH <= kMaxMultiTileKernelH, make_mma_fwd_grid), so a tile is one
-// chunk, and the next tile's new rows, which take those same slots, are staged only
-// after the output tile has been read back (the barrier at the top of the tile loop).
+// 16-byte vectors of 8 channels. It aliases the 8 ring slots after the resident
+// rows (below), whose old rows the next tile of the block never reads: with the
+// whole filter as one chunk (KH <= kMaxMultiTileKernelH, make_mma_fwd_grid) those
+// are the slots of rows 8j .. 8j + 7, and the next tile starts at row 8j + 8. The
+// next tile's new rows, which take those same slots, are staged only after the
+// output tile has been read back (the barrier at the top of the tile loop).
 //
 // Tiles per block. Staging costs about as much as the MMAs at small filters:
 // bf16 k = 9 on 128x128x128x128 took 1.68 ms where the k = 31 and k = 51 times
