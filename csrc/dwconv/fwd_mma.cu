@@ -176,7 +176,7 @@ std::optional<MmaFwdGrid> tall_multi_tile_grid(const DwConvParams& p, const Devi
 
 // Share of the L2 that the input windows of the resident blocks may take for
 // chunked_multi_tile_grid, in tenths.
-constexpr int64_t kChunkedTilesL2Tenths = 7;
+constexpr int64_t kChunkedTilesL2Tenths = 6;
 
 // One-tile grid g (chunks of at most 9 filter rows) with several tiles a block,
 // the chunks' layout unchanged: the kernel runs odd tiles' chunks in reverse order,
@@ -185,14 +185,15 @@ constexpr int64_t kChunkedTilesL2Tenths = 7;
 // (up to kMaxTilesPerBlock) that leave at least `waves` waves of blocks; tiles > 0
 // fixes the count (tests).
 // Only where the resident blocks' input windows (KH + 7 rows of the x tile each) take
-// at most 7/10 of the L2. A tile's other chunks read rows that its block read a tile
-// earlier; with one tile a block those rows come from the L2 because the blocks
-// running at the same time are vertical neighbours, with T tiles a block they are T
-// tiles apart and the rows must stay in the L2 for a tile's time. Measured on the H200
-// (bf16, 4 tiles a block against one; docs/perf-notes.md, thirty-first session): 0.96
-// to 0.985 of the time at 27-36 MB of windows (k = 13 on the 32- and 64-wide maps, 17
-// on the 64- and 128-wide ones, 21 on the 128-wide one), 1.00 at 39 MB, 1.03 at 42-53
-// MB (k = 21 on the narrow maps, 31 on the 128-wide one).
+// at most 6/10 of the L2 (60 MiB on the H200: 37.7 MB). A tile's other chunks read
+// rows that its block read a tile earlier; with one tile a block those rows come from
+// the L2 because the blocks running at the same time are vertical neighbours, with T
+// tiles a block they are T tiles apart and the rows must stay in the L2 for a tile's
+// time. Measured on the H200 (bf16 and fp16, 4 tiles a block against one;
+// docs/perf-notes.md, thirty-first session): 0.96-0.985 of the time at 27-36 MB of
+// windows (k = 13 on the 32- and 64-wide maps, 17 on the 64- and 128-wide ones, 21 on
+// the 128-wide one), 1.00-1.01 at 39 MB, 1.03 at 42-53 MB (k = 21 on the narrow maps,
+// 31 on the 128-wide one).
 MmaFwdGrid chunked_multi_tile_grid(const DwConvParams& p, const DeviceLimits& d, const MmaFwdGrid& g, int tiles,
                                    int64_t waves) {
   auto with_tiles = [&](int t) {
