@@ -7,7 +7,7 @@ import pytest
 
 from jax_flashdwc import depthwise_conv2d
 from numerics import assert_close, fresh_seed, oracle, uniform
-from shapes import MULTI_TILE_CASE, STREAM_CASE, TALL_TILE_CASE, TEST_CASES
+from shapes import CHUNKED_TILE_CASE, MULTI_TILE_CASE, STREAM_CASE, TALL_TILE_CASE, TEST_CASES
 
 DTYPES = [pytest.param(jnp.float32, id="F32"), pytest.param(jnp.float16, id="F16"),
           pytest.param(jnp.bfloat16, id="BF16")]
@@ -31,7 +31,8 @@ def test_forward_matches_oracle(case, dtype, device):
   assert_close(out, ref, mag, case.kh * case.kw, dtype, xla_out, what=f"fwd {case.name}", seed=seed)
 
 
-@pytest.mark.parametrize("case", [MULTI_TILE_CASE, STREAM_CASE, TALL_TILE_CASE], ids=lambda c: c.name)
+@pytest.mark.parametrize("case", [MULTI_TILE_CASE, STREAM_CASE, TALL_TILE_CASE, CHUNKED_TILE_CASE],
+                         ids=lambda c: c.name)
 @pytest.mark.parametrize("dtype", DTYPES[1:])
 def test_forward_several_tiles_per_block_matches_oracle(dtype, case, device):
   if device.platform == "cpu":
