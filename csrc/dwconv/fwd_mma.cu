@@ -40,6 +40,14 @@ constexpr int kShortChunk = 4;
 // each behind a look-ahead.
 constexpr int kMaxStreamTilesPerBlock = 16;
 
+// The tiles per block of g and the grid sizes that follow from them (g's split,
+// tiles_h and tiles_w set).
+void set_tiles_per_block(const DwConvParams& p, int tiles_per_block, MmaFwdGrid& g) {
+  g.tiles_per_block = tiles_per_block;
+  g.tile_blocks_h = uint32_t(ceil_div(g.tiles_h, tiles_per_block));
+  g.spatial_blocks = uint32_t(ceil_div(p.batch, g.split) * g.tile_blocks_h * g.tiles_w);
+}
+
 // split: images side by side in a strip (fwd_mma.cuh, "Narrow maps"): 1, 2 or 4.
 // tiles_per_block: output tiles a block computes down the image; above 1 only for
 // KH <= kMaxMultiTileKernelH (13), where the ring holds all KH + 7 rows of a tile and
@@ -77,9 +85,7 @@ MmaFwdGrid make_mma_fwd_grid(const DwConvParams& p, int split, int tiles_per_blo
   // Truncation is harmless: fwd_mma_supports rejects sizes that do not fit.
   g.tiles_w = uint32_t(ceil_div(p.out_w, Tr::kStripW));
   g.tiles_h = uint32_t(ceil_div(p.out_h, Tr::kRows));
-  g.tiles_per_block = tiles_per_block;
-  g.tile_blocks_h = uint32_t(ceil_div(g.tiles_h, tiles_per_block));
-  g.spatial_blocks = uint32_t(ceil_div(p.batch, split) * g.tile_blocks_h * g.tiles_w);
+  set_tiles_per_block(p, tiles_per_block, g);
   g.raw_rows = 0;
   g.raw_offset = 0;
   return g;
@@ -198,9 +204,7 @@ MmaFwdGrid chunked_multi_tile_grid(const DwConvParams& p, const DeviceLimits& d,
                                    int64_t waves) {
   auto with_tiles = [&](int t) {
     MmaFwdGrid c = g;
-    c.tiles_per_block = t;
-    c.tile_blocks_h = uint32_t(ceil_div(c.tiles_h, t));
-    c.spatial_blocks = uint32_t(ceil_div(p.batch, c.split) * c.tile_blocks_h * c.tiles_w);
+    set_tiles_per_block(p, t, c);
     return c;
   };
   if (tiles > 0) return with_tiles(tiles);
