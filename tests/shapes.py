@@ -147,14 +147,16 @@ FUSION_CASES = [
 # filter over one image a strip, takes 4 tiles a block with all 13 filter rows as one
 # chunk and one filter copy (the kLongChunks kernel), over 9 tile rows (a last tile
 # block of one tile), two strips and a ragged last channel block (C = 1064);
-# CHUNKED_TILE_CASE, a 17-row filter on the same grid, takes 4 tiles a block with
-# chunks of 9 and 8 filter rows, odd tiles' chunks in reverse order
-# (chunked_multi_tile_grid: its input windows take 29 MB of the 60 MiB L2).
+# CHUNKED_TILE_CASE, a 17-row filter on the same grid over 2 images, takes 2 tiles a
+# block (3 would leave under 4 waves of blocks) with chunks of 9 and 8 filter rows, the
+# second tile's in reverse order (chunked_multi_tile_grid: the resident blocks' input
+# windows take 29 MB of the 60 MiB L2). Over 8 images, as first written, the CPU
+# oracle's three convolutions took more than a minute of a 16-core machine.
 # tests/cuda/check_fwd_mma.cu forces every tile count on small shapes.
 MULTI_TILE_CASE = ConvCase("mma_tiles_k9_h40_w32", 64, 40, 32, 1024, 9, 9)
 STREAM_CASE = ConvCase("mma_stream_k9_h64_w96", 48, 64, 96, 256, 9, 9)
 TALL_TILE_CASE = ConvCase("mma_tall_tiles_k13_h72_w130", 8, 72, 130, 1064, 13, 13)
-CHUNKED_TILE_CASE = ConvCase("mma_chunked_tiles_k17_h72_w130", 8, 72, 130, 1064, 17, 17)
+CHUNKED_TILE_CASE = ConvCase("mma_chunked_tiles_k17_n2_h72_w130", 2, 72, 130, 1064, 17, 17)
 
 # Small enough for numerical differentiation.
 GRAD_CASES = [
