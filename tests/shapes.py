@@ -150,8 +150,9 @@ FUSION_CASES = [
 # CHUNKED_TILE_CASE, a 17-row filter on the same grid over 2 images, takes 2 tiles a
 # block (3 would leave under 4 waves of blocks) with chunks of 9 and 8 filter rows, the
 # second tile's in reverse order (chunked_multi_tile_grid: the resident blocks' input
-# windows take 29 MB of the 60 MiB L2). Over 8 images, as first written, the CPU
-# oracle's three convolutions took more than a minute of a 16-core machine.
+# windows take 29 MB of the 60 MiB L2). Over 8 images, as first written, its CPU
+# oracle's three convolutions did not finish within the 60 s a GPU test call gave the
+# four cases of its test on a 16-core machine.
 # tests/cuda/check_fwd_mma.cu forces every tile count on small shapes.
 MULTI_TILE_CASE = ConvCase("mma_tiles_k9_h40_w32", 64, 40, 32, 1024, 9, 9)
 STREAM_CASE = ConvCase("mma_stream_k9_h64_w96", 48, 64, 96, 256, 9, 9)
