@@ -77,6 +77,23 @@ def test_half_precision_forward_goes_to_tensor_cores_from_k6():
 
 
 @pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
+def test_half_precision_5x5_goes_to_the_register_filter_kernel_at_32_to_64_columns():
+  _skip_without_gpu()
+  native = _ffi._jax_flashdwc
+  pick = lambda w, c=256, kh=5, sw=1, half=True: native.cuda_forward_kernel(
+      channels=c, out_w=w, kernel_w=5, stride_w=sw, dilation_w=1, half_precision=half, kernel_h=kh)
+  assert pick(64) == pick(32) == pick(48, c=64) == pick(32, c=1024) == "regfilter"
+  # fp32, narrower maps and other filter heights keep the row-stream kernel; wider maps
+  # and partial 64-channel blocks the tensor-core one.
+  assert pick(64, half=False) == pick(31) == pick(16, c=64) == pick(64, kh=3) == pick(40, kh=7) == "rowstream"
+  assert pick(65) == pick(128, c=128) == pick(56, c=96) == pick(40, c=96) == "mma"
+  assert pick(64, sw=2) == "gemv"
+  by_name = {case.name: case for case in TEST_CASES}
+  for name in ("regfilter_k5_c128_w40", "regfilter_k5_c64_pad"):
+    assert _pick(native, by_name[name], half_precision=True) == "regfilter", name
+
+
+@pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
 @pytest.mark.parametrize("half_precision", [False, True])
 def test_filter_gradient_workspace_is_whole_fp32_slices(half_precision):
   native = _ffi._jax_flashdwc

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from numerics import fresh_seed, oracle, uniform
+from numerics import fresh_seed, oracle, pair, uniform
 from shapes import ConvCase
 
 from jax_flashdwc import _ffi, depthwise_conv2d
@@ -20,6 +20,7 @@ from jax_flashdwc import _ffi, depthwise_conv2d
 CASES = [
     ConvCase("k3", 2, 12, 20, 16, 3, 3),
     ConvCase("k7", 1, 16, 40, 16, 7, 7),
+    ConvCase("k5_w40_c64", 1, 12, 40, 64, 5, 5),  # bf16 on the GPU: the register-filter kernel, exact
     ConvCase("k13_s2", 1, 20, 30, 8, 13, 13, strides=2),
     ConvCase("k9_d2", 1, 21, 25, 8, 9, 9, dilation=2),
     ConvCase("k11", 1, 14, 40, 8, 11, 11),  # fp32 on the GPU: the lane filter gradient (TM 11)
@@ -30,10 +31,11 @@ DTYPES = [pytest.param(jnp.float32, id="F32"), pytest.param(jnp.bfloat16, id="BF
 def _uses_tensor_cores(case, dtype, device):
   if device.platform != "gpu" or dtype == jnp.float32:
     return False
+  sh, sw = pair(case.strides)
+  dh, dw = pair(case.dilation)
   return _ffi._jax_flashdwc.cuda_forward_kernel(
-      channels=case.c, out_w=case.w, kernel_w=case.kw, stride_w=case.strides if isinstance(case.strides, int)
-      else case.strides[1], dilation_w=case.dilation if isinstance(case.dilation, int) else case.dilation[1],
-      half_precision=True) == "mma"
+      channels=case.c, out_w=case.w, kernel_w=case.kw, stride_w=sw, dilation_w=dw, half_precision=True,
+      kernel_h=case.kh, stride_h=sh, dilation_h=dh) == "mma"
 
 
 def _check(out, ref, exact, case):

@@ -70,6 +70,7 @@ NB_MODULE(_jax_flashdwc, m) {
         p.dilation_w = dilation_w;
         p.out_h = p.in_h = 64;
         switch (flashdwc::select_fwd_kernel(p, half_precision)) {
+          case flashdwc::FwdKernel::kRegFilter: return "regfilter";
           case flashdwc::FwdKernel::kMma: return "mma";
           case flashdwc::FwdKernel::kRowStream: return "rowstream";
           case flashdwc::FwdKernel::kGemv: return "gemv";

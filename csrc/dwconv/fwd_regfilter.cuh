@@ -1,0 +1,277 @@
+// Forward kernel for square filters in fp16/bf16 at stride 1, on CUDA cores, with
+// the filter in registers. The library builds it
+// for 5x5 only (fwd_regfilter.cu), where it beat the row-stream kernel.
+//
+// Why. At k = 5 the row-stream kernel reads each filter tap from shared memory for
+// every 32 FMAs, which makes it shared-memory bound at about two thirds of the FMA
+// rate, and the tensor-core kernels run at about twice their byte floor, bound by
+// their bookkeeping instructions (the NHWC-to-planes transposes, the output through
+// shared memory, the per-tile set-up; docs/perf-notes.md, twenty-eighth session). A
+// thread that holds one channel pair's whole filter in registers spends most of its
+// issue slots on FMAs: at k = 5 and 4 outputs a row, 200 FMAs a row against 8 copies,
+// 8 loads, 16 conversions and the stores. Measured on the H200 against the row-stream
+// kernel (kernel A/B, thirty-third session): 0.830 and 0.871 of the time in bf16,
+// 0.846 and 0.919 in fp16, on 128x64x64x256 and 128x32x32x1024. An earlier build with
+// a 4-byte copy a word (thirty-second session) took 1.07-1.12 of the time at 3x3 and
+// about 1.9 at 7x7 (the filter and accumulators of 7x7 fit only 2 outputs a thread).
+//
+// Dataflow. A thread owns one channel pair (one 32-bit word of each pixel) and kTW
+// adjacent output columns, and walks down the rows of its block's row range. Each
+// input row it reads once, kTW + K - 1 words, and adds it into the K output rows
+// that read it: K rolling accumulator rows, with row o in slot o % K. The row loop is unrolled K times so that every slot index is
+// a compile-time constant; slot o is zeroed when input row o (output row o's first)
+// arrives, so the partial sums for output rows above the block that the first K - 1
+// rows make fall into slots that are zeroed before they are read.
+//
+// Copies. The 32 lanes of a warp hold 32 consecutive pairs of one pixel (C is a
+// multiple of 64), so a window column of the warp is 128 contiguous bytes. The warp
+// copies its kTW + K - 1 columns with cp.async into a shared-memory ring kRowsAhead
+// rows ahead of their use, 16 bytes a lane, and each lane reads its own words back
+// after a warp barrier. The halo columns the neighbouring strip reads too come from
+// L2.
+//
+// Padding. Input rows outside the image are skipped (no loads, no FMAs): the row
+// range is the same for every thread of a block, so the branch is uniform. Columns
+// outside the image are skipped too, not multiplied as zeros, as in the other
+// CUDA-core kernels (a non-finite tap over the padding leaves the output finite:
+// README, "differs from XLA"); a warp whose window lies inside the image takes a path
+// without the column tests.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "common/cp_async.cuh"
+#include "dwconv/epilogue.h"
+#include "dwconv/params.h"
+
+namespace flashdwc {
+
+struct RegFilterTraits {
+  static constexpr int kThreads = 128;
+  // Input rows in flight ahead of the row being summed, and the ring slots they take
+  // (one more: the slot of the row just read is refilled a turn later). 3 rows ahead
+  // measured the same as 6: the kernel is issue-bound, not waiting on memory.
+  static constexpr int kRowsAhead = 3;
+  static constexpr int kRingSlots = kRowsAhead + 1;
+};
+
+// Problem-derived values computed once on the host (launch_fwd_regfilter).
+struct RegFilterGrid {
+  int64_t pairs;           // C / 2: channel pairs, the fastest part of a thread's index
+  int64_t strips;          // ceil(out_w / kTW)
+  int64_t columns;         // batch * strips * pairs: threads of one row block
+  int64_t rows_per_block;  // output rows of a row block (blockIdx.y)
+};
+
+namespace regfilter {
+
+template <typename T>
+__device__ __forceinline__ float2 unpack2(uint32_t v) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __half22float2(*reinterpret_cast<const __half2*>(&v));
+  } else {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float2 v) {
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 h = __floats2half2_rn(v.x, v.y);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(v.x, v.y);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+
+// Out of line: the four activations inlined at each of the unrolled loop's stores
+// would multiply its code several times over.
+__device__ __noinline__ float2 apply_epilogue(Activation activation, float2 r, float2 bias) {
+  return make_float2(apply_activation(activation, r.x + bias.x), apply_activation(activation, r.y + bias.y));
+}
+
+__device__ __forceinline__ void fma2(float2& acc, float2 x, float2 w) {
+  acc.x = fmaf(x.x, w.x, acc.x);
+  acc.y = fmaf(x.y, w.y, acc.y);
+}
+
+// The walk down the rows. kEdge: some window column lies outside the image, and
+// col_ok (bit c: window column c is inside) is tested per column. `ring` is this
+// thread's slots of the block's look-ahead ring (kRingSlots x kWin words, kThreads
+// apart).
+template <typename T, int kK, int kTW, bool kEpilogue, bool kEdge>
+__device__ __forceinline__ void walk_rows(const uint32_t* __restrict__ x, uint32_t* __restrict__ y, uint32_t* ring,
+                                          const float2 (&wf)[kK][kK], const DwConvParams& p,
+                                          const RegFilterGrid& g, int64_t x_offset, int64_t y_offset,
+                                          int64_t ih_first, int rows, unsigned col_ok, int out_cols,
+                                          float2 bias, const FwdEpilogue& epilogue) {
+  using Tr = RegFilterTraits;
+  constexpr int kWin = kTW + kK - 1;
+  constexpr int kSlotWords = kWin * Tr::kThreads;
+  const int64_t x_row = p.in_w * g.pairs;   // words between input rows
+  const int64_t y_row = p.out_w * g.pairs;  // and output rows
+  const int total = rows + kK - 1;          // input rows the block reads
+  // Rows [j_lo, j_hi) are inside the image (32-bit tests a row, not 64-bit).
+  const int j_lo = int(min(max(-ih_first, int64_t(0)), int64_t(total)));
+  const int j_hi = int(max(min(p.in_h - ih_first, int64_t(total)), int64_t(j_lo)));
+  auto row_inside = [&](int j) { return j >= j_lo && j < j_hi; };
+  // The warp's window of a row is kWin runs of 32 words (128 bytes), one a column; lane
+  // l copies 16 bytes of column 4i + l / 8 in copy i, where copying its own kWin words
+  // one by one took kWin 4-byte copies with their 64-bit addresses a row. Offsets in
+  // words from this thread's own word, in x and in the ring.
+  constexpr int kCopies = (kWin + 3) / 4;
+  const int lane = int(threadIdx.x % 32);
+  const int copy_col = lane / 8;
+  const int64_t copy_src = copy_col * g.pairs + 4 * (lane % 8) - lane;
+  const int copy_dst = copy_col * Tr::kThreads + 4 * (lane % 8) - lane;
+  // Row j's copy source, carried: issue_row runs once a row, in order.
+  const uint32_t* next_src = x + x_offset + copy_src;
+  // Input row j's window into ring slot `slot` (one commit group, empty where the row
+  // is outside the image: the wait below counts groups).
+  auto issue_row = [&](int j, int slot) {
+    if (row_inside(j)) {
+      const uint32_t* src = next_src;
+      uint32_t* dst = ring + slot * kSlotWords + copy_dst;
+#pragma unroll
+      for (int i = 0; i < kCopies; ++i) {
+        const int c = 4 * i + copy_col;
+        const bool ok = !kEdge || ((col_ok >> c) & 1u);
+        if (c < kWin) cp_async<16>(dst + 4 * i * Tr::kThreads, ok ? src + 4 * i * g.pairs : x, ok);
+      }
+    }
+    cp_async_commit();
+    next_src += x_row;
+  };
+
+  float2 acc[kK][kTW];
+  // Output row 0's words; carried from row to row, and from column to column by adds,
+  // where indexing each store took 64-bit multiplies (PTX of the first build).
+  uint32_t* out_row = y + y_offset;
+#pragma unroll
+  for (int j = 0; j < Tr::kRowsAhead; ++j) issue_row(j, j);
+  int read_slot = 0, write_slot = Tr::kRowsAhead;
+  for (int j0 = 0; j0 < total; j0 += kK) {
+#pragma unroll
+    for (int u = 0; u < kK; ++u) {
+      const int j = j0 + u;
+      if (j >= total) break;
+      // Rows up to j + kRowsAhead - 1 are committed; this thread's copies of row j
+      // have landed.
+      cp_async_wait<Tr::kRowsAhead - 1>();
+      // The other lanes' copies of row j have landed too, and every lane has read the
+      // slot of row j - 1, which issue_row refills below.
+      __syncwarp();
+      uint32_t cur[kWin];
+      const bool inside = row_inside(j);
+      if (inside) {
+#pragma unroll
+        for (int c = 0; c < kWin; ++c) cur[c] = ring[read_slot * kSlotWords + c * Tr::kThreads];
+      }
+      // Row j + kRowsAhead goes to the slot of row j - 1, read in the last turn.
+      issue_row(j + Tr::kRowsAhead, write_slot);
+      read_slot = read_slot + 1 == Tr::kRingSlots ? 0 : read_slot + 1;
+      write_slot = write_slot + 1 == Tr::kRingSlots ? 0 : write_slot + 1;
+      // Output row j starts here (slot j % kK = u): its first product (column t, tap
+      // (0, 0)) is a multiply where every column is read, else the slot is zeroed.
+      if (kEdge || !inside) {
+#pragma unroll
+        for (int t = 0; t < kTW; ++t) acc[u][t] = make_float2(0.0f, 0.0f);
+      }
+      if (inside) {
+#pragma unroll
+        for (int c = 0; c < kWin; ++c) {
+          if (kEdge && !((col_ok >> c) & 1u)) continue;
+          const float2 v = unpack2<T>(cur[c]);
+#pragma unroll
+          for (int kw = 0; kw < kK; ++kw) {
+            const int t = c - kw;
+            if (t < 0 || t >= kTW) continue;
+            // Output row j - kh reads this row at filter row kh.
+#pragma unroll
+            for (int kh = 0; kh < kK; ++kh) {
+              float2& a = acc[(u - kh + kK) % kK][t];
+              if (!kEdge && kh == 0 && kw == 0) {
+                a = make_float2(v.x * wf[0][0].x, v.y * wf[0][0].y);
+              } else {
+                fma2(a, v, wf[kh][kw]);
+              }
+            }
+          }
+        }
+      }
+      // Output row j - (K - 1) has all K of its rows: slot (u + 1) % K.
+      if (j >= kK - 1) {
+        uint32_t* dst = out_row;
+#pragma unroll
+        for (int t = 0; t < kTW; ++t, dst += g.pairs) {
+          if (t >= out_cols) break;
+          float2 r = acc[(u + 1) % kK][t];
+          if constexpr (kEpilogue) r = apply_epilogue(epilogue.activation, r, bias);
+          *dst = pack2<T>(r);
+        }
+        out_row += y_row;
+      }
+    }
+  }
+  // No copy may be left in flight when the thread exits.
+  cp_async_wait<0>();
+}
+
+}  // namespace regfilter
+
+// x, w, y as 32-bit words of channel pairs: C a multiple of 64 and the buffers aligned
+// (fwd_regfilter_supports, fwd_regfilter_aligned).
+template <typename T, int kK, int kTW, int kMinBlocks, bool kEpilogue>
+__global__ void __launch_bounds__(RegFilterTraits::kThreads, kMinBlocks)
+dwconv_fwd_regfilter_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, T* __restrict__ y_ptr,
+                            DwConvParams p, RegFilterGrid g, FwdEpilogue epilogue) {
+  using Tr = RegFilterTraits;
+  constexpr int kWin = kTW + kK - 1;
+  __shared__ uint32_t ring_words[Tr::kRingSlots * kWin * Tr::kThreads];
+  const int64_t i = int64_t(blockIdx.x) * Tr::kThreads + threadIdx.x;
+  if (i >= g.columns) return;
+  const uint32_t* x = reinterpret_cast<const uint32_t*>(x_ptr);
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(w_ptr);
+  uint32_t* y = reinterpret_cast<uint32_t*>(y_ptr);
+  const int64_t pair = i % g.pairs;
+  const int64_t rest = i / g.pairs;
+  const int64_t strip = rest % g.strips;
+  const int64_t n = rest / g.strips;
+  const int64_t oh_begin = int64_t(blockIdx.y) * g.rows_per_block;
+  const int rows = int(min(g.rows_per_block, p.out_h - oh_begin));
+
+  float2 wf[kK][kK];
+#pragma unroll
+  for (int kh = 0; kh < kK; ++kh)
+#pragma unroll
+    for (int kw = 0; kw < kK; ++kw) wf[kh][kw] = regfilter::unpack2<T>(__ldg(w + filter_tap(p, kh, kw) * g.pairs + pair));
+  float2 bias = make_float2(0.0f, 0.0f);
+  if (epilogue.bias != nullptr) bias = regfilter::unpack2<T>(__ldg(static_cast<const uint32_t*>(epilogue.bias) + pair));
+
+  const int64_t ow0 = strip * kTW;
+  const int64_t iw0 = ow0 - p.pad_left;
+  unsigned col_ok = 0;
+#pragma unroll
+  for (int c = 0; c < kWin; ++c) col_ok |= (iw0 + c >= 0 && iw0 + c < p.in_w ? 1u : 0u) << c;
+  const int out_cols = int(min(int64_t(kTW), p.out_w - ow0));  // outputs of this strip inside the map
+  const int64_t ih_first = oh_begin - p.pad_top;
+  // Word offsets of input row ih_first's window column 0 and of output row oh_begin's
+  // column ow0; only in-image words are read, so iw0 < 0 is harmless.
+  const int64_t x_offset = ((n * p.in_h + ih_first) * p.in_w + iw0) * g.pairs + pair;
+  const int64_t y_offset = ((n * p.out_h + oh_begin) * p.out_w + ow0) * g.pairs + pair;
+  constexpr unsigned kAllColumns = (1u << kWin) - 1;
+  if (col_ok == kAllColumns) {
+    regfilter::walk_rows<T, kK, kTW, kEpilogue, false>(x, y, ring_words + threadIdx.x, wf, p, g, x_offset, y_offset, ih_first, rows, col_ok, out_cols,
+                                           bias, epilogue);
+  } else {
+    regfilter::walk_rows<T, kK, kTW, kEpilogue, true>(x, y, ring_words + threadIdx.x, wf, p, g, x_offset, y_offset, ih_first, rows, col_ok, out_cols,
+                                          bias, epilogue);
+  }
+}
+
+}  // namespace flashdwc
