@@ -64,7 +64,9 @@ for i in "${!versions[@]}"; do
   fi
   for harness in "${harnesses[@]}"; do
     case "$harness" in
-      fwd) files=(benchmarks/cuda/time_fwd.cu csrc/dwconv/dwconv_cuda.cu csrc/dwconv/fwd_mma.cu) ;;
+      # fwd_regfilter.cu where the version has it (from the thirty-third session).
+      fwd) files=(benchmarks/cuda/time_fwd.cu csrc/dwconv/dwconv_cuda.cu csrc/dwconv/fwd_mma.cu
+                  $(cd "$src" && ls csrc/dwconv/fwd_regfilter.cu 2>/dev/null || true)) ;;
       bwd_filter) files=(benchmarks/cuda/time_bwd_filter.cu $(cd "$src" && ls csrc/dwconv/bwd_filter_cuda*.cu)) ;;
       *) echo "unknown harness $harness (fwd, bwd_filter)" >&2; exit 2 ;;
     esac

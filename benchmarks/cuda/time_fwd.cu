@@ -4,7 +4,8 @@
 // where building the JAX extension twice would cost more device time.
 // Build (from the repository root) and run:
 //   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc \
-//        benchmarks/cuda/time_fwd.cu csrc/dwconv/dwconv_cuda.cu csrc/dwconv/fwd_mma.cu -o time_fwd
+//        benchmarks/cuda/time_fwd.cu csrc/dwconv/dwconv_cuda.cu csrc/dwconv/fwd_mma.cu \
+//        csrc/dwconv/fwd_regfilter.cu -o time_fwd
 //   ./time_fwd <tag>
 // or, against the objects of an installed build (no second compile of the kernels):
 //   nvcc ... benchmarks/cuda/time_fwd.cu build/*/CMakeFiles/_jax_flashdwc.dir/csrc/dwconv/*.cu.o
