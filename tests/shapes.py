@@ -89,12 +89,14 @@ TEST_CASES = [
     ConvCase("rows_valid_k5_c64_w70", 2, 9, 70, 64, 5, 5, padding="VALID"),
     ConvCase("rows_k3_c128_w32", 1, 10, 32, 128, 3, 3),
     ConvCase("rows_k5_c96_w32", 2, 12, 32, 96, 5, 5),
-    # fp16/bf16 5x5 over 32-64 columns with whole 64-channel blocks: the register-filter
-    # kernel (dwconv_cuda.cu, regfilter_takes), with SAME padding and with an explicit
-    # one that leaves output rows wholly in the padding (out 22 x 36; its backward data
-    # pass crops, at padding 4 - 6 = -2).
+    # fp16/bf16 3x3 and 5x5 from 32 columns with whole 64-channel blocks: the
+    # register-filter kernel (dwconv_cuda.cu, regfilter_takes; rows_valid_k5_c64_w70 and
+    # rows_k3_c128_w32 above too), with SAME padding, with an explicit one that leaves
+    # output rows wholly in the padding (out 22 x 36; its backward data pass crops, at
+    # padding 4 - 6 = -2), and 3x3 over 73 columns (strips of 8, the last of 1).
     ConvCase("regfilter_k5_c128_w40", 2, 21, 40, 128, 5, 5),
     ConvCase("regfilter_k5_c64_pad", 2, 17, 33, 64, 5, 5, padding=((6, 3), (4, 3))),
+    ConvCase("regfilter_k3_c64_w73", 2, 19, 73, 64, 3, 3),
     # Height stride and dilation with a 9-wide filter, a ragged second channel block
     # (40 = 32 + 8), and a 17-wide filter with 1 valid channel in its second block
     # (the fp32 filter gradient's one-channel-per-lane tiles, TM 9 both).
@@ -142,9 +144,10 @@ FUSION_CASES = [
     ConvCase("k5_c64", 1, 9, 12, 64, 5, 5),
     # fp16/bf16 at most 32 wide over an odd batch: two images a strip with a prologue.
     ConvCase("k3_c64_w24_n3", 3, 9, 24, 64, 3, 3),
-    # fp16/bf16 5x5 over 36 columns: the register-filter kernel with an epilogue; with a
-    # prologue, which it does not take, the row-stream kernel.
+    # fp16/bf16 5x5 over 36 columns and 3x3 over 70: the register-filter kernel with an
+    # epilogue; with a prologue, which it does not take, the row-stream kernel.
     ConvCase("k5_c64_w36", 1, 9, 36, 64, 5, 5),
+    ConvCase("k3_c64_w70", 1, 9, 70, 64, 3, 3),
 ]
 
 # The tensor-core launcher gives a block several 8-row output tiles only where that

@@ -77,19 +77,22 @@ def test_half_precision_forward_goes_to_tensor_cores_from_k6():
 
 
 @pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
-def test_half_precision_5x5_goes_to_the_register_filter_kernel_at_32_to_64_columns():
+def test_half_precision_3x3_and_5x5_go_to_the_register_filter_kernel_from_32_columns():
   _skip_without_gpu()
   native = _ffi._jax_flashdwc
-  pick = lambda w, c=256, kh=5, sw=1, half=True: native.cuda_forward_kernel(
-      channels=c, out_w=w, kernel_w=5, stride_w=sw, dilation_w=1, half_precision=half, kernel_h=kh)
-  assert pick(64) == pick(32) == pick(48, c=64) == pick(32, c=1024) == "regfilter"
-  # fp32, narrower maps and other filter heights keep the row-stream kernel; wider maps
-  # and partial 64-channel blocks the tensor-core one.
-  assert pick(64, half=False) == pick(31) == pick(16, c=64) == pick(64, kh=3) == pick(40, kh=7) == "rowstream"
-  assert pick(65) == pick(128, c=128) == pick(56, c=96) == pick(40, c=96) == "mma"
-  assert pick(64, sw=2) == "gemv"
+  pick = lambda w, k=5, c=256, kh=None, sw=1, half=True: native.cuda_forward_kernel(
+      channels=c, out_w=w, kernel_w=k, stride_w=sw, dilation_w=1, half_precision=half,
+      kernel_h=k if kh is None else kh)
+  assert pick(64) == pick(32) == pick(48, c=64) == pick(32, c=1024) == pick(65) == pick(128, c=128) == "regfilter"
+  assert pick(32, k=3) == pick(64, k=3) == pick(128, k=3, c=128) == pick(56, k=3, c=64) == "regfilter"
+  # fp32, narrower maps and other filter shapes keep the row-stream kernel; partial
+  # 64-channel blocks at 5x5 the tensor-core one.
+  assert pick(64, half=False) == pick(31) == pick(16, c=64) == pick(31, k=3) == "rowstream"
+  assert pick(64, kh=3) == pick(40, kh=7) == pick(40, k=3, kh=5) == "rowstream"
+  assert pick(56, c=96) == pick(40, c=96) == pick(128, c=96) == "mma"
+  assert pick(64, sw=2) == pick(64, k=3, sw=2) == "gemv"
   by_name = {case.name: case for case in TEST_CASES}
-  for name in ("regfilter_k5_c128_w40", "regfilter_k5_c64_pad"):
+  for name in ("regfilter_k5_c128_w40", "regfilter_k5_c64_pad", "regfilter_k3_c64_w73", "rows_valid_k5_c64_w70"):
     assert _pick(native, by_name[name], half_precision=True) == "regfilter", name
 
 

@@ -191,21 +191,23 @@ constexpr int64_t kMmaConditionalKernelW = 5;
 // Widest output the tensor-core kernel packs two images a strip into (fwd_mma.cuh).
 constexpr int64_t kMmaTwoImageMaxWidth = 64;
 
-// 5x5 fp16/bf16 goes to the register-filter kernel where it was timed faster than the
-// row-stream kernel, which takes those problems otherwise (kernel A/B through this
-// dispatcher on the H200, thirty-third session, docs/perf-notes.md 33-1): the 64- and
-// 32-wide paper maps at C = 256 and 1024, 0.830 and 0.871 of the time in bf16, 0.846 and
-// 0.919 in fp16; 128x56x56x128 0.793, 64x48x48x512 0.662. Over 64 columns the
-// tensor-core kernel keeps it (the thirty-second session's build took 1.04 of its time
-// on 128^4 in bf16); C = 96 is not whole 64-channel blocks (1.31 there in that build),
-// and below 32 columns it was not timed.
+// Square 3x3 and 5x5 fp16/bf16 filters go to the register-filter kernel from 32 output
+// columns with whole 64-channel blocks, where it was timed faster than the kernels
+// that take those problems otherwise (kernel A/B through this dispatcher on the H200,
+// thirty-third session, docs/perf-notes.md 33-1 and 33-2). Against the row-stream
+// kernel, 5x5: 0.830 and 0.871 of the time in bf16 on the 64- and 32-wide paper maps
+// (C = 256, 1024), 0.846 and 0.919 in fp16, 0.793 on 128x56x56x128; 3x3: 0.95-0.99 on
+// the three paper maps in both dtypes, 0.833 on 128x56x56x128. Against the tensor-core
+// kernel over 64 columns, 5x5: 0.946 (bf16) and 0.881 (fp16) on 128^4, 0.909 on
+// 128x112x112x128. C = 96 is not whole blocks (an earlier build took 1.31 of the time
+// there), and below 32 columns it was not timed.
 constexpr int64_t kRegFilterMinWidth = 32;
 
 namespace {
 bool regfilter_takes(const DwConvParams& p, bool half_precision) {
   constexpr int64_t kRowStreamChannels = RowStreamTraits<__half, 4>::kBlockChannels;
-  return half_precision && p.out_w >= kRegFilterMinWidth && p.out_w <= kMmaTwoImageMaxWidth &&
-         p.channels % kRowStreamChannels == 0 && fwd_regfilter_supports(p);
+  return half_precision && p.out_w >= kRegFilterMinWidth && p.channels % kRowStreamChannels == 0 &&
+         fwd_regfilter_supports(p);
 }
 
 bool mma_takes_kernel_width(const DwConvParams& p) {
@@ -214,10 +216,11 @@ bool mma_takes_kernel_width(const DwConvParams& p) {
   return p.kernel_w == kMmaConditionalKernelW &&
          (p.out_w > kMmaTwoImageMaxWidth || p.channels % kRowStreamChannels != 0);
 }
-}  // namespace
 
-FwdKernel select_fwd_kernel(const DwConvParams& p, bool half_precision) {
-  if (regfilter_takes(p, half_precision)) return FwdKernel::kRegFilter;
+// The kernel a problem gets where the register-filter kernel cannot run it: also the
+// fallback for the problems it takes when the call has a prologue or buffers it
+// cannot move.
+FwdKernel select_fwd_kernel_besides_regfilter(const DwConvParams& p, bool half_precision) {
   if (half_precision && mma_takes_kernel_width(p) && fwd_mma_supports(p)) {
     return FwdKernel::kMma;
   }
@@ -234,20 +237,25 @@ FwdKernel select_fwd_kernel(const DwConvParams& p, bool half_precision) {
                     (segments + Tr::kSegments - 1) / Tr::kSegments <= INT32_MAX;
   return gemv ? FwdKernel::kGemv : FwdKernel::kDirect;
 }
+}  // namespace
+
+FwdKernel select_fwd_kernel(const DwConvParams& p, bool half_precision) {
+  return regfilter_takes(p, half_precision) ? FwdKernel::kRegFilter
+                                            : select_fwd_kernel_besides_regfilter(p, half_precision);
+}
 
 template <typename T>
 cudaError_t run_dwconv_fwd(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
                            const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
   FwdKernel kernel = select_fwd_kernel(p, !std::is_same_v<T, float>);
   if constexpr (!std::is_same_v<T, float>) {
-    if (kernel == FwdKernel::kMma) return launch_fwd_mma(p, x, w, y, stream, epilogue, prologue);
     if (kernel == FwdKernel::kRegFilter) {
       if (!prologue.active() && fwd_regfilter_aligned(x, w, y, epilogue.bias)) {
         return launch_fwd_regfilter(p, x, w, y, stream, epilogue);
       }
-      // A prologue, or buffers the kernel cannot move: the kernel the problem had before.
-      kernel = rowstream_supports(p, true) ? FwdKernel::kRowStream : FwdKernel::kGemv;
+      kernel = select_fwd_kernel_besides_regfilter(p, true);
     }
+    if (kernel == FwdKernel::kMma) return launch_fwd_mma(p, x, w, y, stream, epilogue, prologue);
   }
   if (kernel == FwdKernel::kDirect) return launch_fwd_direct(p, x, w, y, stream, epilogue, prologue);
   if (kernel == FwdKernel::kRowStream) {

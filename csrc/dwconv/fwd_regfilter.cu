@@ -1,5 +1,5 @@
 // Launcher of the register-filter forward kernel (fwd_regfilter.cuh): its grid and
-// its one instantiation, 5x5 at 4 outputs a thread.
+// its instantiations, 3x3 at 8 outputs a thread and 5x5 at 4.
 #include <algorithm>
 #include <cstdint>
 
@@ -10,29 +10,69 @@
 namespace flashdwc {
 namespace {
 
-// Filter size, outputs a thread along the width, and the register cap through the
-// resident blocks an SM. ptxas for sm_90, 4 outputs: 195 registers uncapped (bf16),
-// 152-167 without spills under the cap of 3 blocks (fp16/bf16, with and without the
-// epilogue); the 128 of 4 blocks spilled 456 bytes. Only 5x5 is built: at 3x3 and 7x7
-// an earlier build was slower than the library's kernels (1.07-1.12 and about 1.9 of
-// the time; docs/perf-notes.md, thirty-second session).
-constexpr int kK = 5;
-constexpr int kTW = 4;
-constexpr int kMinBlocks = 3;
+// Outputs a thread along the width, and the register cap through the resident blocks
+// an SM, per filter size. ptxas for sm_90, fp16/bf16 with and without the epilogue,
+// no spills: 3x3 at 8 outputs 120-128 registers (4 blocks), 5x5 at 4 outputs 152-167
+// (3 blocks; 195 uncapped, and the 128 of 4 blocks spilled 456 bytes). 7x7 is not
+// built: its filter and accumulators fit only 2 outputs a thread, and an earlier
+// build took about 1.9 of the tensor-core kernel's time (docs/perf-notes.md,
+// thirty-second session).
+template <int kK>
+struct RegFilterShape;
+template <>
+struct RegFilterShape<3> {
+  static constexpr int kTW = 8;
+  static constexpr int kMinBlocks = 4;
+};
+template <>
+struct RegFilterShape<5> {
+  static constexpr int kTW = 4;
+  static constexpr int kMinBlocks = 3;
+};
 // Output rows a row block keeps at least: its K - 1 halo rows are read twice.
 constexpr int64_t kMinRowsPerBlock = 16;
 
+int outputs_per_thread(int64_t kernel) { return kernel == 3 ? RegFilterShape<3>::kTW : RegFilterShape<5>::kTW; }
+
 int64_t threads_per_row_block(const DwConvParams& p) {
-  return p.batch * ((p.out_w + kTW - 1) / kTW) * (p.channels / 2);
+  const int tw = outputs_per_thread(p.kernel_w);
+  return p.batch * ((p.out_w + tw - 1) / tw) * (p.channels / 2);
+}
+
+template <typename T, int kK>
+cudaError_t launch_with_filter_size(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
+                                    const FwdEpilogue& epilogue) {
+  using Shape = RegFilterShape<kK>;
+  constexpr int64_t kThreads = RegFilterTraits::kThreads;
+  RegFilterGrid g;
+  g.pairs = p.channels / 2;
+  g.strips = (p.out_w + Shape::kTW - 1) / Shape::kTW;
+  g.columns = threads_per_row_block(p);
+  // One row block per column of threads unless that leaves under two waves of resident
+  // threads, then more, of at least kMinRowsPerBlock rows.
+  const int64_t resident = std::max<int64_t>(device_limits().sms, 1) * Shape::kMinBlocks * kThreads;
+  const int64_t max_row_blocks = std::max<int64_t>(p.out_h / kMinRowsPerBlock, 1);
+  const int64_t wanted = std::clamp<int64_t>((2 * resident + g.columns - 1) / g.columns, 1, max_row_blocks);
+  g.rows_per_block = (p.out_h + wanted - 1) / wanted;
+  const int64_t row_blocks = (p.out_h + g.rows_per_block - 1) / g.rows_per_block;
+  const dim3 blocks(unsigned((g.columns + kThreads - 1) / kThreads), unsigned(row_blocks));
+  if (epilogue.active()) {
+    dwconv_fwd_regfilter_kernel<T, kK, Shape::kTW, Shape::kMinBlocks, true>
+        <<<blocks, unsigned(kThreads), 0, stream>>>(x, w, y, p, g, epilogue);
+  } else {
+    dwconv_fwd_regfilter_kernel<T, kK, Shape::kTW, Shape::kMinBlocks, false>
+        <<<blocks, unsigned(kThreads), 0, stream>>>(x, w, y, p, g, epilogue);
+  }
+  return cudaGetLastError();
 }
 
 }  // namespace
 
 bool fwd_regfilter_supports(const DwConvParams& p) {
   constexpr int64_t kThreads = RegFilterTraits::kThreads;
-  return p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1 && p.kernel_h == kK &&
-         p.kernel_w == kK && p.channels % 64 == 0 && p.out_h <= 65535 &&
-         (threads_per_row_block(p) + kThreads - 1) / kThreads <= INT32_MAX;
+  return p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1 &&
+         p.kernel_h == p.kernel_w && (p.kernel_w == 3 || p.kernel_w == 5) && p.channels % 64 == 0 &&
+         p.out_h <= 65535 && (threads_per_row_block(p) + kThreads - 1) / kThreads <= INT32_MAX;
 }
 
 bool fwd_regfilter_aligned(const void* x, const void* w, const void* y, const void* bias) {
@@ -42,30 +82,11 @@ bool fwd_regfilter_aligned(const void* x, const void* w, const void* y, const vo
 template <typename T>
 cudaError_t launch_fwd_regfilter(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
                                  const FwdEpilogue& epilogue) {
-  constexpr int64_t kThreads = RegFilterTraits::kThreads;
   if (!fwd_regfilter_supports(p) || !fwd_regfilter_aligned(x, w, y, epilogue.bias)) {
     return cudaErrorInvalidValue;
   }
-  RegFilterGrid g;
-  g.pairs = p.channels / 2;
-  g.strips = (p.out_w + kTW - 1) / kTW;
-  g.columns = threads_per_row_block(p);
-  // One row block per column of threads unless that leaves under two waves of resident
-  // threads, then more, of at least kMinRowsPerBlock rows.
-  const int64_t resident = std::max<int64_t>(device_limits().sms, 1) * kMinBlocks * kThreads;
-  const int64_t max_row_blocks = std::max<int64_t>(p.out_h / kMinRowsPerBlock, 1);
-  const int64_t wanted = std::clamp<int64_t>((2 * resident + g.columns - 1) / g.columns, 1, max_row_blocks);
-  g.rows_per_block = (p.out_h + wanted - 1) / wanted;
-  const int64_t row_blocks = (p.out_h + g.rows_per_block - 1) / g.rows_per_block;
-  const dim3 blocks(unsigned((g.columns + kThreads - 1) / kThreads), unsigned(row_blocks));
-  if (epilogue.active()) {
-    dwconv_fwd_regfilter_kernel<T, kK, kTW, kMinBlocks, true>
-        <<<blocks, unsigned(kThreads), 0, stream>>>(x, w, y, p, g, epilogue);
-  } else {
-    dwconv_fwd_regfilter_kernel<T, kK, kTW, kMinBlocks, false>
-        <<<blocks, unsigned(kThreads), 0, stream>>>(x, w, y, p, g, epilogue);
-  }
-  return cudaGetLastError();
+  return p.kernel_w == 3 ? launch_with_filter_size<T, 3>(p, x, w, y, stream, epilogue)
+                         : launch_with_filter_size<T, 5>(p, x, w, y, stream, epilogue);
 }
 
 template cudaError_t launch_fwd_regfilter<__half>(const DwConvParams&, const __half*, const __half*, __half*,

@@ -1,6 +1,6 @@
 // Forward kernel for square filters in fp16/bf16 at stride 1, on CUDA cores, with
-// the filter in registers. The library builds it
-// for 5x5 only (fwd_regfilter.cu), where it beat the row-stream kernel.
+// the filter in registers. The library builds it for 3x3 and 5x5 (fwd_regfilter.cu),
+// where it beat the row-stream and tensor-core kernels.
 //
 // Why. At k = 5 the row-stream kernel reads each filter tap from shared memory for
 // every 32 FMAs, which makes it shared-memory bound at about two thirds of the FMA
@@ -8,20 +8,24 @@
 // their bookkeeping instructions (the NHWC-to-planes transposes, the output through
 // shared memory, the per-tile set-up; docs/perf-notes.md, twenty-eighth session). A
 // thread that holds one channel pair's whole filter in registers spends most of its
-// issue slots on FMAs: at k = 5 and 4 outputs a row, 200 FMAs a row against 8 copies,
-// 8 loads, 16 conversions and the stores. Measured on the H200 against the row-stream
-// kernel (kernel A/B, thirty-third session): 0.830 and 0.871 of the time in bf16,
-// 0.846 and 0.919 in fp16, on 128x64x64x256 and 128x32x32x1024. An earlier build with
-// a 4-byte copy a word (thirty-second session) took 1.07-1.12 of the time at 3x3 and
-// about 1.9 at 7x7 (the filter and accumulators of 7x7 fit only 2 outputs a thread).
+// issue slots on FMAs: at k = 5 and 4 outputs a row, 200 FMAs a row against 2 copies
+// (16 bytes a lane), 8 loads, 16 conversions and the stores. Measured on the H200 (kernel A/B, thirty-
+// third session): at 5x5, 0.830 and 0.871 of the row-stream kernel's time in bf16 and
+// 0.846 and 0.919 in fp16 on 128x64x64x256 and 128x32x32x1024, and 0.946 and 0.881 of
+// the tensor-core kernel's on 128^4; at 3x3, with 8 outputs a thread, 0.95-0.99 of the
+// row-stream kernel's on the three maps. An earlier build with a 4-byte copy a word
+// (thirty-second session) took 1.07-1.12 of the row-stream kernel's time at 3x3 and
+// about 1.9 of the tensor-core kernel's at 7x7 (the filter and accumulators of 7x7
+// fit only 2 outputs a thread).
 //
 // Dataflow. A thread owns one channel pair (one 32-bit word of each pixel) and kTW
 // adjacent output columns, and walks down the rows of its block's row range. Each
 // input row it reads once, kTW + K - 1 words, and adds it into the K output rows
-// that read it: K rolling accumulator rows, with row o in slot o % K. The row loop is unrolled K times so that every slot index is
-// a compile-time constant; slot o is zeroed when input row o (output row o's first)
-// arrives, so the partial sums for output rows above the block that the first K - 1
-// rows make fall into slots that are zeroed before they are read.
+// that read it: K rolling accumulator rows, with row o in slot o % K. The row loop is
+// unrolled K times so that every slot index is a compile-time constant; slot o is
+// zeroed when input row o (output row o's first) arrives, so the partial sums for
+// output rows above the block that the first K - 1 rows make fall into slots that are
+// zeroed before they are read.
 //
 // Copies. The 32 lanes of a warp hold 32 consecutive pairs of one pixel (C is a
 // multiple of 64), so a window column of the warp is 128 contiguous bytes. The warp
@@ -249,9 +253,13 @@ dwconv_fwd_regfilter_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w
 #pragma unroll
   for (int kh = 0; kh < kK; ++kh)
 #pragma unroll
-    for (int kw = 0; kw < kK; ++kw) wf[kh][kw] = regfilter::unpack2<T>(__ldg(w + filter_tap(p, kh, kw) * g.pairs + pair));
+    for (int kw = 0; kw < kK; ++kw) {
+      wf[kh][kw] = regfilter::unpack2<T>(__ldg(w + filter_tap(p, kh, kw) * g.pairs + pair));
+    }
   float2 bias = make_float2(0.0f, 0.0f);
-  if (epilogue.bias != nullptr) bias = regfilter::unpack2<T>(__ldg(static_cast<const uint32_t*>(epilogue.bias) + pair));
+  if (epilogue.bias != nullptr) {
+    bias = regfilter::unpack2<T>(__ldg(static_cast<const uint32_t*>(epilogue.bias) + pair));
+  }
 
   const int64_t ow0 = strip * kTW;
   const int64_t iw0 = ow0 - p.pad_left;
@@ -266,11 +274,11 @@ dwconv_fwd_regfilter_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w
   const int64_t y_offset = ((n * p.out_h + oh_begin) * p.out_w + ow0) * g.pairs + pair;
   constexpr unsigned kAllColumns = (1u << kWin) - 1;
   if (col_ok == kAllColumns) {
-    regfilter::walk_rows<T, kK, kTW, kEpilogue, false>(x, y, ring_words + threadIdx.x, wf, p, g, x_offset, y_offset, ih_first, rows, col_ok, out_cols,
-                                           bias, epilogue);
+    regfilter::walk_rows<T, kK, kTW, kEpilogue, false>(x, y, ring_words + threadIdx.x, wf, p, g, x_offset,
+                                                       y_offset, ih_first, rows, col_ok, out_cols, bias, epilogue);
   } else {
-    regfilter::walk_rows<T, kK, kTW, kEpilogue, true>(x, y, ring_words + threadIdx.x, wf, p, g, x_offset, y_offset, ih_first, rows, col_ok, out_cols,
-                                          bias, epilogue);
+    regfilter::walk_rows<T, kK, kTW, kEpilogue, true>(x, y, ring_words + threadIdx.x, wf, p, g, x_offset,
+                                                      y_offset, ih_first, rows, col_ok, out_cols, bias, epilogue);
   }
 }
 

@@ -1,6 +1,6 @@
 // Forward depthwise convolution on CUDA cores with the filter in registers
-// (fp16/bf16 inputs, fp32 accumulation): the kernel of fwd_regfilter.cuh, for 5x5
-// filters at stride 1.
+// (fp16/bf16 inputs, fp32 accumulation): the kernel of fwd_regfilter.cuh, for 3x3
+// and 5x5 filters at stride 1.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -12,7 +12,7 @@
 
 namespace flashdwc {
 
-// True when launch_fwd_regfilter can run this problem's geometry: a 5x5 filter,
+// True when launch_fwd_regfilter can run this problem's geometry: a 3x3 or 5x5 filter,
 // stride 1, dilation 1, C a multiple of 64 (a warp's 32 channel pairs are one pixel's,
 // so that it copies whole 128-byte runs), and the grid within CUDA's limits.
 bool fwd_regfilter_supports(const DwConvParams& p);
