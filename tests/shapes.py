@@ -89,14 +89,17 @@ TEST_CASES = [
     ConvCase("rows_valid_k5_c64_w70", 2, 9, 70, 64, 5, 5, padding="VALID"),
     ConvCase("rows_k3_c128_w32", 1, 10, 32, 128, 3, 3),
     ConvCase("rows_k5_c96_w32", 2, 12, 32, 96, 5, 5),
-    # fp16/bf16 3x3 and 5x5 from 32 columns with whole 64-channel blocks: the
-    # register-filter kernel (dwconv_cuda.cu, regfilter_takes; rows_valid_k5_c64_w70 and
-    # rows_k3_c128_w32 above too), with SAME padding, with an explicit one that leaves
-    # output rows wholly in the padding (out 22 x 36; its backward data pass crops, at
-    # padding 4 - 6 = -2), and 3x3 over 73 columns (strips of 8, the last of 1).
+    # fp16/bf16 3x3 and 5x5 with whole 64-channel blocks: the register-filter kernel
+    # (dwconv_cuda.cu, regfilter_takes; the rows_* cases above at 3x3 and 5x5 with C a
+    # multiple of 64 too), with SAME padding, with an explicit one that leaves output
+    # rows wholly in the padding (out 22 x 36; its backward data pass crops, at padding
+    # 4 - 6 = -2), 3x3 over 73 columns (strips of 8, the last of 1), and both on a 7x7
+    # map (one strip of 8 at 3x3, 7 columns of it inside).
     ConvCase("regfilter_k5_c128_w40", 2, 21, 40, 128, 5, 5),
     ConvCase("regfilter_k5_c64_pad", 2, 17, 33, 64, 5, 5, padding=((6, 3), (4, 3))),
     ConvCase("regfilter_k3_c64_w73", 2, 19, 73, 64, 3, 3),
+    ConvCase("regfilter_k3_c192_w7", 3, 7, 7, 192, 3, 3),
+    ConvCase("regfilter_k5_c128_w7", 2, 7, 7, 128, 5, 5),
     # Height stride and dilation with a 9-wide filter, a ragged second channel block
     # (40 = 32 + 8), and a 17-wide filter with 1 valid channel in its second block
     # (the fp32 filter gradient's one-channel-per-lane tiles, TM 9 both).

@@ -77,22 +77,23 @@ def test_half_precision_forward_goes_to_tensor_cores_from_k6():
 
 
 @pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
-def test_half_precision_3x3_and_5x5_go_to_the_register_filter_kernel_from_32_columns():
+def test_half_precision_3x3_and_5x5_go_to_the_register_filter_kernel():
   _skip_without_gpu()
   native = _ffi._jax_flashdwc
   pick = lambda w, k=5, c=256, kh=None, sw=1, half=True: native.cuda_forward_kernel(
       channels=c, out_w=w, kernel_w=k, stride_w=sw, dilation_w=1, half_precision=half,
       kernel_h=k if kh is None else kh)
-  assert pick(64) == pick(32) == pick(48, c=64) == pick(32, c=1024) == pick(65) == pick(128, c=128) == "regfilter"
-  assert pick(32, k=3) == pick(64, k=3) == pick(128, k=3, c=128) == pick(56, k=3, c=64) == "regfilter"
-  # fp32, narrower maps and other filter shapes keep the row-stream kernel; partial
-  # 64-channel blocks at 5x5 the tensor-core one.
-  assert pick(64, half=False) == pick(31) == pick(16, c=64) == pick(31, k=3) == "rowstream"
-  assert pick(64, kh=3) == pick(40, kh=7) == pick(40, k=3, kh=5) == "rowstream"
+  assert pick(64) == pick(32) == pick(48, c=64) == pick(65) == pick(128, c=128) == pick(7, c=768) == "regfilter"
+  assert pick(32, k=3) == pick(128, k=3, c=128) == pick(1, k=3, c=64) == pick(14, k=3, c=384) == "regfilter"
+  # fp32 and other filter shapes keep the row-stream kernel; partial 64-channel blocks
+  # at 5x5 the tensor-core one.
+  assert pick(64, half=False) == pick(16, k=3, half=False) == "rowstream"
+  assert pick(64, kh=3) == pick(40, kh=7) == pick(40, k=3, kh=5) == pick(16, k=3, c=96) == "rowstream"
   assert pick(56, c=96) == pick(40, c=96) == pick(128, c=96) == "mma"
   assert pick(64, sw=2) == pick(64, k=3, sw=2) == "gemv"
   by_name = {case.name: case for case in TEST_CASES}
-  for name in ("regfilter_k5_c128_w40", "regfilter_k5_c64_pad", "regfilter_k3_c64_w73", "rows_valid_k5_c64_w70"):
+  for name in ("regfilter_k5_c128_w40", "regfilter_k5_c64_pad", "regfilter_k3_c64_w73", "regfilter_k3_c192_w7",
+               "regfilter_k5_c128_w7", "rows_valid_k5_c64_w70", "rows_k5_c64_w30_n3_pairs"):
     assert _pick(native, by_name[name], half_precision=True) == "regfilter", name
 
 

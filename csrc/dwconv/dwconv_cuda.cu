@@ -191,23 +191,22 @@ constexpr int64_t kMmaConditionalKernelW = 5;
 // Widest output the tensor-core kernel packs two images a strip into (fwd_mma.cuh).
 constexpr int64_t kMmaTwoImageMaxWidth = 64;
 
-// Square 3x3 and 5x5 fp16/bf16 filters go to the register-filter kernel from 32 output
-// columns with whole 64-channel blocks, where it was timed faster than the kernels
+// Square 3x3 and 5x5 fp16/bf16 filters with whole 64-channel blocks go to the
+// register-filter kernel at every width, where it was timed faster than the kernels
 // that take those problems otherwise (kernel A/B through this dispatcher on the H200,
-// thirty-third session, docs/perf-notes.md 33-1 and 33-2). Against the row-stream
+// thirty-third session, docs/perf-notes.md 33-1 to 33-3). Against the row-stream
 // kernel, 5x5: 0.830 and 0.871 of the time in bf16 on the 64- and 32-wide paper maps
 // (C = 256, 1024), 0.846 and 0.919 in fp16, 0.793 on 128x56x56x128; 3x3: 0.95-0.99 on
-// the three paper maps in both dtypes, 0.833 on 128x56x56x128. Against the tensor-core
-// kernel over 64 columns, 5x5: 0.946 (bf16) and 0.881 (fp16) on 128^4, 0.909 on
-// 128x112x112x128. C = 96 is not whole blocks (an earlier build took 1.31 of the time
-// there), and below 32 columns it was not timed.
-constexpr int64_t kRegFilterMinWidth = 32;
+// the three paper maps in both dtypes, 0.833 on 128x56x56x128; under 32 columns, where
+// the row-stream kernel has few blocks, 0.38-0.87 (ConvNeXt's 28-, 14- and 7-wide maps
+// at C = 192-768, 128x16x16x512, 128x24x24x256). Against the tensor-core kernel over
+// 64 columns, 5x5: 0.946 (bf16) and 0.881 (fp16) on 128^4, 0.909 on 128x112x112x128.
+// C = 96 is not whole blocks (an earlier build took 1.31 of the time there).
 
 namespace {
 bool regfilter_takes(const DwConvParams& p, bool half_precision) {
   constexpr int64_t kRowStreamChannels = RowStreamTraits<__half, 4>::kBlockChannels;
-  return half_precision && p.out_w >= kRegFilterMinWidth && p.channels % kRowStreamChannels == 0 &&
-         fwd_regfilter_supports(p);
+  return half_precision && p.channels % kRowStreamChannels == 0 && fwd_regfilter_supports(p);
 }
 
 bool mma_takes_kernel_width(const DwConvParams& p) {

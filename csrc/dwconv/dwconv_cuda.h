@@ -14,7 +14,7 @@ namespace flashdwc {
 // The forward kernels, fastest first; select_fwd_kernel returns the first whose
 // constraints the problem meets.
 enum class FwdKernel {
-  kRegFilter,  // fwd_regfilter.cuh: fp16/bf16 3x3 and 5x5 at stride 1, from 32 columns, C a multiple of 64;
+  kRegFilter,  // fwd_regfilter.cuh: fp16/bf16 3x3 and 5x5 at stride 1, C a multiple of 64;
                // with a prologue or buffers it cannot move (fwd_regfilter_aligned), the row-stream or GEMV
                // kernel
   kMma,     // fwd_mma.cuh: fp16/bf16, stride 1, dilation 1, KW >= 7 (fwd_mma_supports)

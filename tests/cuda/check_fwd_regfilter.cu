@@ -1,8 +1,7 @@
 // Standalone GPU check of the register-filter forward kernel (fwd_regfilter.cuh)
 // against a CPU reference in double: through the dispatcher run_dwconv_fwd on the
-// shapes it sends there, and through launch_fwd_regfilter on the others (edges the
-// dispatcher's rule of at least 32 columns keeps away from it, which the kernel still
-// handles). 3x3 and 5x5, the two filters the library builds it for.
+// shapes it sends there (all of these: square 3x3 and 5x5, the filters the library
+// builds it for, with C a multiple of 64).
 // Build (from the repository root):
 //   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc tests/cuda/check_fwd_regfilter.cu \
 //        csrc/dwconv/dwconv_cuda.cu csrc/dwconv/fwd_mma.cu csrc/dwconv/fwd_regfilter.cu -o check_fwd_regfilter
@@ -62,7 +61,7 @@ bool run_shape(const Shape& s, std::mt19937& rng) {
   const DwConvParams p = params_of(s);
   const char* dtype = std::is_same_v<T, __half> ? "f16" : "bf16";
   // The dispatcher's rule (dwconv_cuda.cu, regfilter_takes).
-  const bool dispatched = p.out_w >= 32 && p.channels % 64 == 0;
+  const bool dispatched = p.channels % 64 == 0;
   if ((flashdwc::select_fwd_kernel(p, true) == flashdwc::FwdKernel::kRegFilter) != dispatched) {
     std::printf("  %-30s %-4s: the dispatcher's choice does not follow its rule\n", s.name, dtype);
     return false;
@@ -150,28 +149,29 @@ bool run_shape(const Shape& s, std::mt19937& rng) {
 
 int main() {
   const Shape shapes[] = {
-      same("same_w40_c64", 2, 21, 40, 64, 5),          // dispatched
-      same("same_w32_c128", 3, 17, 32, 128, 5),        // dispatched
-      same("epilogue_w64_c256", 2, 18, 64, 256, 5, false, true),  // dispatched
-      same("flip_w48_c64", 2, 20, 48, 64, 5, true),    // dispatched (backward data's rotated filter)
-      same("same_w35_c64", 2, 21, 35, 64, 5),          // dispatched, a last strip of 3 columns
+      same("same_w40_c64", 2, 21, 40, 64, 5),
+      same("same_w32_c128", 3, 17, 32, 128, 5),
+      same("epilogue_w64_c256", 2, 18, 64, 256, 5, false, true),
+      same("flip_w48_c64", 2, 20, 48, 64, 5, true),    // backward data's rotated filter
+      same("same_w35_c64", 2, 21, 35, 64, 5),          // a last strip of 3 columns
       same("w13_n3", 3, 17, 13, 64, 5),                // strips of 4, 4, 4, 1 over 3 images
       same("w9_c128_rowblocks", 2, 40, 9, 128, 5),     // row blocks of 16 rows
       same("w1", 4, 9, 1, 64, 5),                      // one column: every window column but one outside
       same("h2_w3", 3, 2, 3, 64, 5),                   // smaller than the filter
-      same("w130", 1, 12, 130, 64, 5),                 // dispatched, over 64 columns
+      same("w130", 1, 12, 130, 64, 5),                 // over 64 columns
       same("flip_epilogue", 2, 18, 30, 64, 5, true, true),
       same("epilogue_c192", 2, 18, 30, 192, 5, false, true),
       padded("valid", 2, 20, 30, 64, 5, 0, 0, 0, 0),
       padded("pad_4_1_0_3", 2, 20, 30, 64, 5, 4, 1, 0, 3),  // rows wholly in the padding
       padded("crop", 2, 26, 30, 64, 5, -2, 1, -1, 4),       // negative padding crops
       same("tall_rowblocks", 1, 300, 6, 64, 5),             // 18 row blocks
+      same("w7_c768", 4, 7, 7, 768, 5),                     // ConvNeXt's last stage's map
       // 3x3, 8 outputs a thread.
-      same("k3_w40_c64", 2, 21, 40, 64, 3),                  // dispatched, whole strips
-      same("k3_w37_c128", 3, 17, 37, 128, 3),                // dispatched, a last strip of 5
-      same("k3_epilogue_w64_c256", 2, 18, 64, 256, 3, false, true),  // dispatched
-      same("k3_flip_w33", 2, 20, 33, 64, 3, true),           // dispatched, a last strip of 1
-      same("k3_w130_c192", 1, 12, 130, 192, 3),              // dispatched
+      same("k3_w40_c64", 2, 21, 40, 64, 3),                  // whole strips
+      same("k3_w37_c128", 3, 17, 37, 128, 3),                // a last strip of 5
+      same("k3_epilogue_w64_c256", 2, 18, 64, 256, 3, false, true),
+      same("k3_flip_w33", 2, 20, 33, 64, 3, true),           // a last strip of 1
+      same("k3_w130_c192", 1, 12, 130, 192, 3),
       same("k3_w13_n3", 3, 17, 13, 64, 3),
       same("k3_w1", 4, 9, 1, 64, 3),
       same("k3_h1_w2", 3, 1, 2, 64, 3),
@@ -180,6 +180,7 @@ int main() {
       padded("k3_pad_3_0_0_2", 2, 20, 35, 64, 3, 3, 0, 0, 2),  // a row wholly in the padding
       padded("k3_crop", 2, 26, 36, 64, 3, -1, 2, -1, 1),      // negative padding crops
       same("k3_tall_rowblocks", 1, 300, 40, 64, 3),           // 18 row blocks of 17 rows
+      same("k3_w7_c768", 4, 7, 7, 768, 3),                    // one strip, 7 of its 8 columns
   };
   std::mt19937 rng(20261203);
   bool ok = true;
