@@ -205,8 +205,7 @@ constexpr int64_t kMmaTwoImageMaxWidth = 64;
 
 namespace {
 bool regfilter_takes(const DwConvParams& p, bool half_precision) {
-  constexpr int64_t kRowStreamChannels = RowStreamTraits<__half, 4>::kBlockChannels;
-  return half_precision && p.channels % kRowStreamChannels == 0 && fwd_regfilter_supports(p);
+  return half_precision && fwd_regfilter_supports(p);
 }
 
 bool mma_takes_kernel_width(const DwConvParams& p) {

@@ -14,9 +14,9 @@ namespace flashdwc {
 // The forward kernels, fastest first; select_fwd_kernel returns the first whose
 // constraints the problem meets.
 enum class FwdKernel {
-  kRegFilter,  // fwd_regfilter.cuh: fp16/bf16 3x3 and 5x5 at stride 1, C a multiple of 64;
-               // with a prologue or buffers it cannot move (fwd_regfilter_aligned), the row-stream or GEMV
-               // kernel
+  kRegFilter,  // fwd_regfilter.cuh: fp16/bf16 3x3 and 5x5 at stride 1, C a multiple of 64; with a
+               // prologue or buffers it cannot move (fwd_regfilter_aligned), the kernel the problem would
+               // get without it
   kMma,     // fwd_mma.cuh: fp16/bf16, stride 1, dilation 1, KW >= 7 (fwd_mma_supports)
   kRowStream,  // fwd_rowstream.cuh: stride 1, dilation 1, KW 3/5/7, KH <= 9, C a multiple of 4 (fp32)
                // or 8 (half); with a prologue or unaligned buffers the GEMV kernel runs instead
