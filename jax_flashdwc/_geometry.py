@@ -37,6 +37,13 @@ class ConvGeometry:
       out.append((size + lo + hi - d * (k - 1) - 1) // s + 1)
     return tuple(out)
 
+  def cropped(self) -> tuple[tuple[tuple[int, int], tuple[int, int]], "ConvGeometry"]:
+    """The rows and columns that negative padding crops, ((top, bottom), (left, right)),
+    and this geometry with that padding at 0: the kernels then see a plain input."""
+    crops = tuple((max(-lo, 0), max(-hi, 0)) for lo, hi in self.padding)
+    pads = tuple((max(lo, 0), max(hi, 0)) for lo, hi in self.padding)
+    return crops, dataclasses.replace(self, padding=pads)
+
   def transposed(self) -> "ConvGeometry":
     """The same convolution with height and width exchanged (on transposed operands)."""
     return ConvGeometry(strides=self.strides[::-1], padding=self.padding[::-1], dilation=self.dilation[::-1])
@@ -96,12 +103,15 @@ def _explicit_padding(padding: Any, in_hw, kernel_hw, strides, dilation):
     pads = tuple(pads)
   else:
     raise form_error
-  if min(min(p) for p in pads) < 0:
-    raise ValueError(f"padding must be >= 0 on every side; got {padding!r}")
+  # Negative padding crops, as in lax.conv_general_dilated, by at most the size.
+  for (lo, hi), size in zip(pads, in_hw):
+    if -min(lo, 0) - min(hi, 0) > size:
+      raise ValueError(f"negative padding crops more than the input holds: padding {padding!r} on an input "
+                       f"of (H, W) = {tuple(in_hw)}")
   return pads
 
 
-def _check_operands(x, kernel) -> None:
+def _check_operands(x, kernel, allow_float64) -> None:
   for name, arr in (("x", x), ("kernel", kernel)):
     if not hasattr(arr, "shape") or not hasattr(arr, "dtype"):
       raise TypeError(f"{name} must be an array; got {type(arr).__name__}")
@@ -113,22 +123,28 @@ def _check_operands(x, kernel) -> None:
   if kernel.shape[3] != x.shape[3]:
     raise ValueError(f"kernel has {kernel.shape[3]} channels but x has {x.shape[3]}; "
                      "a depthwise kernel needs one filter per input channel")
-  if 0 in x.shape:
-    raise ValueError(f"x must have no zero-size dimension; got shape {tuple(x.shape)}")
-  if 0 in kernel.shape:
-    raise ValueError(f"kernel must have no zero-size dimension; got shape {tuple(kernel.shape)}")
-  supported = ", ".join(str(d) for d in SUPPORTED_DTYPES)
+  # Zero images or a zero-size map give an empty or all-zero result, as in lax; lax
+  # refuses zero channels (feature_group_count 0) and zero-size filters, and so do we.
+  if x.shape[3] == 0:
+    raise ValueError(f"x must have at least one channel; got shape {tuple(x.shape)}")
+  if 0 in kernel.shape[:2]:
+    raise ValueError(f"kernel must have KH, KW >= 1; got shape {tuple(kernel.shape)}")
+  dtypes = SUPPORTED_DTYPES + ((jnp.dtype(jnp.float64),) if allow_float64 else ())
+  supported = ", ".join(str(d) for d in dtypes)
   for name, arr in (("x", x), ("kernel", kernel)):
-    if jnp.dtype(arr.dtype) not in SUPPORTED_DTYPES:
+    if jnp.dtype(arr.dtype) not in dtypes:
       raise TypeError(f"{name} dtype must be one of {supported}; got {jnp.dtype(arr.dtype)}")
   if jnp.dtype(x.dtype) != jnp.dtype(kernel.dtype):
     raise TypeError(f"x and kernel must have the same dtype; got x {jnp.dtype(x.dtype)} and "
                     f"kernel {jnp.dtype(kernel.dtype)}")
 
 
-def make_geometry(x, kernel, strides, padding, kernel_dilation) -> ConvGeometry:
-  """Checks every argument of depthwise_conv2d and returns the explicit geometry."""
-  _check_operands(x, kernel)
+def make_geometry(x, kernel, strides, padding, kernel_dilation, allow_float64=False) -> ConvGeometry:
+  """Checks every argument of depthwise_conv2d and returns the explicit geometry.
+
+  allow_float64: accept float64 operands (which only XLA's conv runs).
+  """
+  _check_operands(x, kernel, allow_float64)
   strides = _positive_pair(strides, "strides")
   dilation = _positive_pair(kernel_dilation, "kernel_dilation")
   in_hw = tuple(x.shape[1:3])
@@ -136,7 +152,7 @@ def make_geometry(x, kernel, strides, padding, kernel_dilation) -> ConvGeometry:
   pads = _explicit_padding(padding, in_hw, kernel_hw, strides, dilation)
   geometry = ConvGeometry(strides=strides, padding=pads, dilation=dilation)
   out_hw = geometry.output_hw(in_hw, kernel_hw)
-  if min(out_hw) <= 0:
+  if min(out_hw) < 0:
     raise ValueError(
         f"the output would be empty: input (H, W) = {in_hw}, kernel (KH, KW) = {kernel_hw}, "
         f"kernel_dilation = {dilation}, padding = {pads}, strides = {strides} give output "

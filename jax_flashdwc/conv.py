@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
 
 from . import _activations, ops
 from ._geometry import ConvGeometry, make_geometry
@@ -28,61 +29,58 @@ _TALL_MIN_KERNEL_H = 13
 _TALL_MAX_KERNEL_W = 6
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(2, 3))
-def _dwconv(x, kernel, geometry: ConvGeometry, deterministic: bool):
-  return ops.dwconv_fwd(x, kernel, geometry)
+def _is_zero(t):
+  return type(t) is SymbolicZero
 
 
-def _dwconv_fwd(x, kernel, geometry, deterministic):
-  return ops.dwconv_fwd(x, kernel, geometry), (x, kernel)
+def _tangent_sum(terms, like):
+  terms = [t for t in terms if t is not None]
+  if not terms:
+    return jnp.zeros(like.shape, like.dtype)
+  total = terms[0]
+  for t in terms[1:]:
+    total = total + t
+  return total
 
 
-def _dwconv_bwd(geometry, deterministic, residuals, dy):
-  x, kernel = residuals
-  dx = ops.dwconv_bwd_data(dy, kernel, geometry, x.shape[1:3])
-  dw = ops.dwconv_bwd_filter(x, dy, geometry, kernel.shape[:2], deterministic)
-  return dx, dw
-
-
-_dwconv.defvjp(_dwconv_fwd, _dwconv_bwd)
-
-
-@partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9))
+@partial(jax.custom_jvp, nondiff_argnums=(5, 6, 7, 8, 9))
 def _dwconv_fused(x, kernel, bias, scale, shift, geometry: ConvGeometry, activation, prologue: bool,
                   input_activation, deterministic: bool):
   return ops.dwconv_fwd_fused(x, kernel, bias, scale, shift, geometry, activation, prologue, input_activation)
 
 
-def _dwconv_fused_fwd(x, kernel, bias, scale, shift, geometry, activation, prologue, input_activation,
-                      deterministic):
-  # Differentiating needs the pre-activation z: the kernel stores z = conv + bias
-  # and XLA applies the activation (one elementwise pass, usually fused onward).
-  z = ops.dwconv_fwd_fused(x, kernel, bias, scale, shift, geometry, None, prologue, input_activation)
-  return _activations.apply(activation, z), (x, kernel, scale, shift, z)
+def _dwconv_fused_jvp(geometry, activation, prologue, input_activation, deterministic, primals, tangents):
+  # The kernel stores the pre-activation z = conv(x', w) + bias; XLA applies the
+  # activation (one elementwise pass, usually fused onward). The tangent of z is
+  # conv(tx', w) + conv(x', tw) + tbias on the bilinear primitives, so reverse mode
+  # (its transpose) and every higher order run on this library's kernels too.
+  x, kernel, bias, scale, shift = primals
+  tx, tkernel, tbias, tscale, tshift = tangents
+  # z through this same custom_jvp function, so that a second differentiation of
+  # this rule finds its rule again.
+  z = _dwconv_fused(x, kernel, bias, scale, shift, geometry, None, prologue, input_activation, deterministic)
+  x_in, tx_in = x, None if _is_zero(tx) else tx
+  if prologue:
+    # x' and its tangent, recomputed by XLA in one elementwise pass rather than
+    # saved by the forward kernel.
+    xf = x.astype(jnp.float32)
+    u_terms = [None if _is_zero(tx) else tx.astype(jnp.float32) * scale,
+               None if _is_zero(tscale) else xf * tscale,
+               None if _is_zero(tshift) else jnp.broadcast_to(tshift, x.shape)]
+    apply_input = lambda u: _activations.apply(input_activation, u)
+    u = xf * scale + shift
+    if all(t is None for t in u_terms):
+      x_in, tx_in = apply_input(u).astype(x.dtype), None
+    else:
+      x_prime, tx_prime = jax.jvp(apply_input, (u,), (_tangent_sum(u_terms, u),))
+      x_in, tx_in = x_prime.astype(x.dtype), tx_prime.astype(x.dtype)
+  tz = _tangent_sum([None if tx_in is None else ops.dwconv_fwd(tx_in, kernel, geometry, deterministic),
+                     None if _is_zero(tkernel) else ops.dwconv_fwd(x_in, tkernel, geometry, deterministic),
+                     None if _is_zero(tbias) else jnp.broadcast_to(tbias.astype(jnp.float32), z.shape).astype(z.dtype)], z)
+  return jax.jvp(lambda z: _activations.apply(activation, z), (z,), (tz,))
 
 
-def _dwconv_fused_bwd(geometry, activation, prologue, input_activation, deterministic, residuals, dy):
-  x, kernel, scale, shift, z = residuals
-  _, activation_vjp = jax.vjp(lambda z: _activations.apply(activation, z), z)
-  (dz,) = activation_vjp(dy)
-  dbias = jnp.sum(dz.astype(jnp.float32), axis=(0, 1, 2)).astype(z.dtype)
-  dx_conv = ops.dwconv_bwd_data(dz, kernel, geometry, x.shape[1:3])
-  if not prologue:
-    dw = ops.dwconv_bwd_filter(x, dz, geometry, kernel.shape[:2], deterministic)
-    return dx_conv, dw, dbias, jnp.zeros_like(scale), jnp.zeros_like(shift)
-  # The backward passes run on x' = act(x * scale + shift), recomputed here by XLA
-  # in one elementwise pass rather than saved by the forward kernel.
-  x_prime, prologue_vjp = jax.vjp(lambda u: _activations.apply(input_activation, u),
-                                  x.astype(jnp.float32) * scale + shift)
-  dw = ops.dwconv_bwd_filter(x_prime.astype(x.dtype), dz, geometry, kernel.shape[:2], deterministic)
-  (du,) = prologue_vjp(dx_conv.astype(jnp.float32))
-  dx = (du * scale).astype(x.dtype)
-  dscale = jnp.sum(du * x.astype(jnp.float32), axis=(0, 1, 2))
-  dshift = jnp.sum(du, axis=(0, 1, 2))
-  return dx, dw, dbias, dscale, dshift
-
-
-_dwconv_fused.defvjp(_dwconv_fused_fwd, _dwconv_fused_bwd)
+_dwconv_fused.defjvp(_dwconv_fused_jvp, symbolic_zeros=True)
 
 
 def _runs_transposed(dtype, kernel_hw, geometry: ConvGeometry) -> bool:
@@ -183,7 +181,14 @@ def depthwise_conv2d(
   if implementation is not None and implementation not in IMPLEMENTATIONS:
     raise ValueError(f"implementation must be None or one of {IMPLEMENTATIONS}; "
                      f"got {implementation!r}")
-  geometry = make_geometry(x, kernel, strides, padding, kernel_dilation)
+  # float64 has no kernel of this library: implementation=None runs XLA's conv for it.
+  is_float64 = any(hasattr(a, "dtype") and jnp.dtype(a.dtype) == jnp.float64 for a in (x, kernel))
+  if implementation == "flashdwc" and is_float64:
+    raise TypeError("implementation='flashdwc' has kernels for float32, float16 and bfloat16; got float64 "
+                    "(implementation=None or 'xla' runs XLA's conv for it)")
+  geometry = make_geometry(x, kernel, strides, padding, kernel_dilation, allow_float64=implementation != "flashdwc")
+  if is_float64:
+    implementation = "xla"
   _check_activation("activation", activation)
   _check_activation("input_activation", input_activation)
   channels = x.shape[-1]
@@ -205,6 +210,11 @@ def depthwise_conv2d(
     return _activations.apply(activation, y if bias is None else y + bias)
   if not isinstance(deterministic, bool):
     raise TypeError(f"deterministic must be a bool; got {deterministic!r}")
+  crops, geometry = geometry.cropped()
+  if any(c for pair in crops for c in pair):
+    # Negative padding crops x here, so the kernels only ever see padding >= 0.
+    (top, bottom), (left, right) = crops
+    x = x[:, top:x.shape[1] - bottom, left:x.shape[2] - right, :]
   if _runs_transposed(x.dtype, kernel.shape[:2], geometry):
     # Bias, activation and prologue are per channel, so they carry over unchanged.
     x, kernel, geometry = _swap_hw(x), jnp.swapaxes(kernel, 0, 1), geometry.transposed()
@@ -212,7 +222,7 @@ def depthwise_conv2d(
   else:
     restore = lambda y: y
   if bias is None and activation is None and not prologue:
-    return restore(_dwconv(x, kernel, geometry, deterministic))
+    return restore(ops.dwconv_fwd(x, kernel, geometry, deterministic))
   bias = jnp.zeros((channels,), x.dtype) if bias is None else bias
   return restore(_dwconv_fused(x, kernel, bias, scale, shift, geometry, activation, prologue, input_activation,
                                deterministic))

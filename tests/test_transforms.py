@@ -62,7 +62,7 @@ def test_vmap_matches_xla_and_is_one_call(case, in_axes, device):
   _close(ours(x, w), jax.vmap(_conv(case, "xla"), in_axes=in_axes)(x, w))
   # A real batching rule: one custom call for the whole batch, no loop.
   jaxpr = jax.make_jaxpr(jax.vmap(_conv(case), in_axes=in_axes))(x, w).jaxpr
-  assert _count_eqns(jaxpr, "flashdwc_fwd_call") == 1
+  assert _count_eqns(jaxpr, "flashdwc_dwconv_fwd") == 1
   assert _count_eqns(jaxpr, "while") == 0
 
 
@@ -134,5 +134,84 @@ def test_xla_implementation_is_xla():
   x = jnp.asarray(rng.uniform(-1, 1, size=CASE.x_shape), jnp.float32)
   w = jnp.asarray(rng.uniform(-1, 1, size=CASE.kernel_shape), jnp.float32)
   jaxpr = jax.make_jaxpr(lambda x, w: depthwise_conv2d(x, w, implementation="xla"))(x, w).jaxpr
-  assert _count_eqns(jaxpr, "flashdwc_fwd_call") == 0
+  assert _count_eqns(jaxpr, "flashdwc_dwconv_fwd") == 0
   assert _count_eqns(jaxpr, "conv_general_dilated") == 1
+
+
+# Forward mode and higher orders: the three passes are bilinear primitives that are
+# each other's transposes (ops.py), so these run on the library's kernels.
+@pytest.mark.parametrize("case", [CASE, CASE_S2], ids=lambda c: c.name)
+def test_jvp_and_jacfwd_match_xla(case):
+  rng = np.random.default_rng(fresh_seed())
+  cpu = jax.devices("cpu")[0]
+  x, w = _rand(rng, case.x_shape, cpu), _rand(rng, case.kernel_shape, cpu)
+  tx, tw = _rand(rng, case.x_shape, cpu), _rand(rng, case.kernel_shape, cpu)
+  ours = jax.jit(lambda *a: jax.jvp(_conv(case), a[:2], a[2:]))(x, w, tx, tw)
+  _close(ours, jax.jvp(_conv(case, "xla"), (x, w), (tx, tw)))
+  small = x[:1]
+  _close(jax.jacfwd(_conv(case), argnums=1)(small, w), jax.jacfwd(_conv(case, "xla"), argnums=1)(small, w))
+  jaxpr = jax.make_jaxpr(lambda *a: jax.jvp(_conv(case), a[:2], a[2:]))(x, w, tx, tw).jaxpr
+  assert _count_eqns(jaxpr, "flashdwc_dwconv_fwd") == 3
+  assert _count_eqns(jaxpr, "conv_general_dilated") == 0
+
+
+@pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: c.name)
+def test_check_grads_second_order_both_modes(case):
+  rng = np.random.default_rng(fresh_seed())
+  cpu = jax.devices("cpu")[0]
+  x, w = _rand(rng, case.x_shape, cpu), _rand(rng, case.kernel_shape, cpu)
+  check_grads(_conv(case), (x, w), order=2, modes=("fwd", "rev"), atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("case", [CASE, CASE_S2], ids=lambda c: c.name)
+def test_grad_of_grad_and_hessian_vector_product_match_xla(case):
+  rng = np.random.default_rng(fresh_seed())
+  cpu = jax.devices("cpu")[0]
+  x, w = _rand(rng, case.x_shape, cpu), _rand(rng, case.kernel_shape, cpu)
+  v = _rand(rng, case.kernel_shape, cpu)
+
+  def penalty(conv):
+    # A gradient penalty: the norm of the input gradient, differentiated in w.
+    def inner(x, w):
+      return jnp.sum(jnp.tanh(conv(x, w)))
+    return lambda x, w: jnp.sum(jax.grad(inner)(x, w) ** 2)
+
+  _close(jax.jit(jax.grad(penalty(_conv(case)), argnums=(0, 1)))(x, w),
+         jax.grad(penalty(_conv(case, "xla")), argnums=(0, 1))(x, w))
+
+  def hvp(conv):
+    loss = lambda w: jnp.sum(jnp.sin(conv(x, w)))
+    return jax.jvp(jax.grad(loss), (w,), (v,))[1]
+
+  _close(jax.jit(lambda: hvp(_conv(case)))(), hvp(_conv(case, "xla")))
+
+
+def test_fused_forward_mode_and_second_order():
+  rng = np.random.default_rng(fresh_seed())
+  cpu = jax.devices("cpu")[0]
+  x, w = _rand(rng, CASE.x_shape, cpu), _rand(rng, CASE.kernel_shape, cpu)
+  b, scale, shift = (_rand(rng, (CASE.c,), cpu) for _ in range(3))
+
+  def layer(implementation):
+    return lambda x, w, b, scale, shift: depthwise_conv2d(
+        x, w, bias=b, activation="gelu", input_scale=scale, input_shift=shift, input_activation="silu",
+        implementation=implementation)
+
+  args = (x, w, b, scale, shift)
+  tangents = tuple(_rand(rng, a.shape, cpu) for a in args)
+  _close(jax.jvp(layer(None), args, tangents), jax.jvp(layer("xla"), args, tangents))
+  second = lambda f: jax.grad(lambda *a: jnp.sum(jax.grad(lambda *a: jnp.sum(f(*a) ** 2), argnums=(0, 1))(*a)[0]),
+                              argnums=(1, 2, 3, 4))
+  _close(second(layer(None))(*args), second(layer("xla"))(*args))
+
+
+def test_vmap_over_zero_elements():
+  rng = np.random.default_rng(fresh_seed())
+  cpu = jax.devices("cpu")[0]
+  w = _rand(rng, (0, *CASE.kernel_shape), cpu)
+  x = _rand(rng, (0, *CASE.x_shape), cpu)
+  out = jax.vmap(_conv(CASE))(x, w)
+  assert out.shape == (0, *jax.eval_shape(_conv(CASE, "xla"), jnp.zeros(CASE.x_shape),
+                                            jnp.zeros(CASE.kernel_shape)).shape)
+  grads = jax.grad(lambda x, w: jnp.sum(jax.vmap(_conv(CASE))(x, w)), argnums=(0, 1))(x, w)
+  assert grads[0].shape == x.shape and grads[1].shape == w.shape
