@@ -63,7 +63,7 @@ L2_BYTES = 60 * 2**20
 # the last call (host dispatch, block_until_ready) is spread over many. At 2 ms, calls
 # of 0.5-2 ms ran 1-3 per sample and measured 0.05-0.46 ms slower through JAX than
 # the same kernels timed alone with CUDA events on the H200, the gap largest at one
-# call per sample (docs/perf-notes.md).
+# call per sample (docs/design-notes.md).
 MIN_SAMPLE_SECONDS = 25e-3
 MAX_CALLS_PER_SAMPLE = 100
 # A function's timed samples stop at --samples or at MAX_TIMED_SECONDS of timed
@@ -127,7 +127,7 @@ def time_fn(fn, arg_sets, samples):
   # Where calls are short, two more probes (also warm-up), and the fastest sets the
   # calls per sample: one slow probe (a host hiccup) once gave points of 0.35-1.1 ms
   # 5-6 calls a sample instead of 16-42, and those read 6-13% slow on the H200
-  # (docs/perf-notes.md, thirtieth session). A call of 25 ms or more has had two
+  # (docs/design-notes.md, thirtieth session). A call of 25 ms or more has had two
   # already (the compile call and the probe): XLA's filter gradient takes 0.3-1 s a
   # call at large k on the H200, and more probes would be more of its 25 calls a point.
   if single < MIN_SAMPLE_SECONDS:

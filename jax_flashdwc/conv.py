@@ -22,7 +22,7 @@ IMPLEMENTATIONS = ("flashdwc", "xla")
 # KW = 13), and ran on the GEMV and split CUDA-core kernels; as 5x51 it takes the
 # tensor-core ones. The transposes (x and y going forward, dy and dx going back) are
 # memory passes, small against 255 taps a pixel: SLaK-T's bf16 training step at batch
-# 64 took 36.55 ms against 40.79 ms direct on the H200 (4f0c28d, docs/perf-notes.md).
+# 64 took 36.55 ms against 40.79 ms direct on the H200 (4f0c28d, docs/design-notes.md).
 # Set to False to time the direct path (--tall-filters direct in benchmarks/).
 TRANSPOSE_TALL_FILTERS = True
 _TALL_MIN_KERNEL_H = 13

@@ -90,7 +90,7 @@ BwdFilterTiling bwd_filter_tiling(const DwConvParams& p, bool half_precision) {
 }
 
 // fp16/bf16 take the tensor-core kernel from 9 taps across, on any map. Kernel-level
-// A/B on the H200 (43c3872, bf16, ms, split -> tensor cores; docs/perf-notes.md,
+// A/B on the H200 (43c3872, bf16, ms, split -> tensor cores; docs/design-notes.md,
 // thirteenth session): k = 9 on 64x32x32x1536 1.29 -> 0.67, on 128x32x32x1024 1.70
 // -> 0.86, on 128x64x64x256 1.02 -> 0.73, on 128x14x14x512 0.22 -> 0.14; k = 13 on
 // 64x7x7x1024 0.32 -> 0.08; k = 31 on 128^4 4.52 -> 3.30. Below 9 taps the 16-tap M
@@ -115,7 +115,7 @@ bool bwd_filter_mma_wins(const DwConvParams& p) {
 
 // KW 3, 5 and 7 at stride 1 stream rows through shared memory (bwd_filter_rowstream.cuh)
 // where 16-byte copies take whole channel groups. Against the split kernel on the
-// H200 (kernel-level A/B, docs/perf-notes.md, eleventh session) it took 0.74-0.97x
+// H200 (kernel-level A/B, docs/design-notes.md, eleventh session) it took 0.74-0.97x
 // the time at the 9 bf16 paper points with k <= 7 and 0.62-0.82x in fp32, but
 // 1.41x on 64x56x56x96 (1.5 channel blocks), 1.00x on 28x28, 1.29x on 14x14 and
 // 1.97x on 7x7 (few rows to pipeline), so it takes whole channel blocks, outputs at

@@ -91,7 +91,7 @@ cudaError_t launch_fwd_gemv_stride(const DwConvParams& p, const T* x, const T* w
 // take twice the blocks: at k = 3, 4096 took 0.97-0.98 of 2048's time on 128^4 (16
 // rows a block against 32) and 0.99-1.005 on the other paper maps, in all three
 // dtypes; at k = 5 and 7 (4 and 6 halo rows) it read 0.97-1.02, above 1.01 at two
-// points, so deeper filters keep 2048 (docs/perf-notes.md, twenty-seventh session).
+// points, so deeper filters keep 2048 (docs/design-notes.md, twenty-seventh session).
 constexpr int64_t kRowStreamTargetBlocks = 2048;
 constexpr int64_t kRowStreamTargetBlocksShallow = 4096;
 constexpr int64_t kRowStreamShallowKernelH = 3;
@@ -174,7 +174,7 @@ bool rowstream_supports(const DwConvParams& p, bool half_precision) {
 
 // Narrowest filter the tensor-core kernel takes everywhere; from it, every fp16/bf16
 // problem the kernel supports goes there. Kernel-level A/B on the H200 (twenty-fifth
-// session, docs/perf-notes.md), bf16, tensor cores against the CUDA-core kernels: KW = 7
+// session, docs/design-notes.md), bf16, tensor cores against the CUDA-core kernels: KW = 7
 // took 0.59-0.69 of the time (0.634 against 1.061 ms on 128^4, 0.338 against 0.551 on
 // 128x64x64x256, 0.079 against 0.135 on ConvNeXt's 128x28x28x192), and KW = 3
 // 1.75-1.91x, so KW = 3 and 4 stay on CUDA cores. KW = 6 has no row-stream kernel; on
@@ -194,7 +194,7 @@ constexpr int64_t kMmaTwoImageMaxWidth = 64;
 // Square 3x3 and 5x5 fp16/bf16 filters with whole 64-channel blocks go to the
 // register-filter kernel at every width, where it was timed faster than the kernels
 // that take those problems otherwise (kernel A/B through this dispatcher on the H200,
-// thirty-third session, docs/perf-notes.md 33-1 to 33-3). Against the row-stream
+// thirty-third session, docs/design-notes.md 33-1 to 33-3). Against the row-stream
 // kernel, 5x5: 0.830 and 0.871 of the time in bf16 on the 64- and 32-wide paper maps
 // (C = 256, 1024), 0.846 and 0.919 in fp16, 0.793 on 128x56x56x128; 3x3: 0.95-0.99 on
 // the three paper maps in both dtypes, 0.833 on 128x56x56x128; under 32 columns, where

@@ -13,7 +13,7 @@
 // starts 8 apart every A row begins on a 16-byte boundary, so the A fragment is one
 // ldmatrix.x4 instead of four 32-bit loads, or eight loads and four byte permutes
 // where 9f is odd, and F = max(1, ceil((KW - 1) / 8)) is ceil(KW / 9) for every
-// paper size but 51 (7 fragments against 6). Measured in docs/perf-notes.md,
+// paper size but 51 (7 fragments against 6). Measured in docs/design-notes.md,
 // twenty-sixth session.
 //
 // Row reuse. A warp owns 8 output rows r of a strip and keeps their 8 C
@@ -63,7 +63,7 @@
 // put the MMA work at 0.40 ms. A block that walks down T tiles stages 8 new
 // input rows per tile instead of KH + 7, and the filter once, in one chunk (one
 // staging pass and one barrier pair per tile; at KH = 9 and 13 there were two).
-// Measured on the H200, bf16 k = 9, 15-30% faster (docs/perf-notes.md, twelfth
+// Measured on the H200, bf16 k = 9, 15-30% faster (docs/design-notes.md, twelfth
 // session). Four staging items in flight per thread instead of one were measured
 // too: 6-9% slower at k = 9 and 11% at k = 13 and 17, so staging keeps one.
 // Where the whole filter does not fit with two blocks an SM, tiles keep the one-tile
@@ -356,7 +356,7 @@ __device__ __forceinline__ void load_raw_unit(const unsigned char* raw, int unit
 // instructions an item at bf16 with 2 images a strip (a loop turn of 2 items is 109,
 // 16 of them PRMT and 16 STS), where items 256 apart in row-major order, the row and
 // word carried from item to item, took about 78 with one image and 100 with 2 or 4
-// (the image of each word found again, 64-bit offsets; docs/perf-notes.md,
+// (the image of each word found again, 64-bit offsets; docs/design-notes.md,
 // twenty-eighth and twenty-ninth sessions). Two items of a row are loaded before
 // either is stored. Against that loop: 0.95-0.98 at k = 9-31 on the 32- and 64-wide
 // maps (bf16; 1.00 at fp16 k = 7 on the 32-wide one), 0.97 and 0.99 at k = 17 and 31
@@ -499,7 +499,7 @@ __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __rest
 // this loop took about 100 SASS instructions a tap, 10% of the kernel's instructions
 // and of its stall samples at bf16 k = 17 on 128x128x128x128 (Nsight Compute, 318e754);
 // by words, 0.97-0.995 of that loop's kernel time at k = 7-51 (bf16 and fp16 on the
-// H200; docs/perf-notes.md, thirtieth session). Holding a batch of tap loads in
+// H200; docs/design-notes.md, thirtieth session). Holding a batch of tap loads in
 // registers across stage_input instead was 4-18% slower at every point.
 template <bool kVec, bool kOneCopy>
 __device__ __forceinline__ void stage_filter(uint16_t* fs, const uint16_t* __restrict__ w, const DwConvParams& p,

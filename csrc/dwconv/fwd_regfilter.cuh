@@ -6,7 +6,7 @@
 // every 32 FMAs, which makes it shared-memory bound at about two thirds of the FMA
 // rate, and the tensor-core kernels run at about twice their byte floor, bound by
 // their bookkeeping instructions (the NHWC-to-planes transposes, the output through
-// shared memory, the per-tile set-up; docs/perf-notes.md, twenty-eighth session). A
+// shared memory, the per-tile set-up; docs/design-notes.md, twenty-eighth session). A
 // thread that holds one channel pair's whole filter in registers spends most of its
 // issue slots on FMAs: at k = 5 and 4 outputs a row, 200 FMAs a row against 2 copies
 // (16 bytes a lane), 8 loads, 16 conversions and the stores. Measured on the H200

@@ -3,7 +3,7 @@
 // instead of from global memory.
 //
 // Why: at k = 3 the GEMV kernel moves 1.54 TB/s in bf16 (37% of the copy rate,
-// docs/perf-notes.md, v4). Each of its threads reads KH input rows straight from
+// docs/design-notes.md, v4). Each of its threads reads KH input rows straight from
 // global memory for every output row, so every input row is fetched KH times and
 // a thread waits on one row's loads before the next. Here a block walks down a
 // strip of the image: each input row is fetched once, by cp.async, two rows ahead
@@ -24,14 +24,14 @@
 // (2 + KW - 1) / 2 outputs instead of (4 + KW - 1) / 4, and each filter tap 2 instead
 // of 4; bf16 128x32x32x1024 took 0.189, 0.402 and 0.745 ms at k = 3, 5 and 7
 // against 0.167, 0.316 and 0.562 ms for the same outputs on 128x64x64x256 at kTM = 4
-// (H200, docs/perf-notes.md, twentieth session).
+// (H200, docs/design-notes.md, twentieth session).
 //
 // Prologue (epilogue.h, kPrologue): each thread applies it to the chunks it copied,
 // once a row has landed and before the barrier that publishes the row, so every
 // input element is transformed once per block; padding chunks stay zero. Applied
 // as the KH filter rows read the ring instead, it would run about KH * (kTM + KW - 1)
 // / kTM times per element (the GEMV kernel's way, 2.4-4x slower than the unfused
-// sequence at k = 3 on the H200, docs/perf-notes.md).
+// sequence at k = 3 on the H200, docs/design-notes.md).
 #pragma once
 
 #include <cstdint>
@@ -124,7 +124,7 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
   const int kernel_h = int(p.kernel_h);
   // Channel blocks vary fastest, so that the blocks resident together read all C
   // channels of the same pixels rather than one 128-byte slice of many: 0.93-1.00
-  // of the time at k = 3 on the H200 (docs/perf-notes.md, eighteenth session).
+  // of the time at k = 3 on the H200 (docs/design-notes.md, eighteenth session).
   const int64_t spatial = int64_t(blockIdx.x) / grid.channel_blocks;
   const int64_t strip = spatial % grid.strips;
   const int64_t row_block = (spatial / grid.strips) % grid.row_blocks;
