@@ -1,0 +1,127 @@
+"""`depthwise_conv1d` and `depthwise_conv1d_update`: the sequence-model convolution.
+
+The short causal depthwise conv of Mamba, Hyena and similar blocks, channel-last,
+with packed sequences (segment_ids), chunked prefill (initial_state and
+final_state) and one-token decoding (depthwise_conv1d_update).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+
+from . import _conv1d_xla
+from ._conv1d_args import check_conv1d, check_update
+from .conv import depthwise_conv2d
+
+_FLOAT64 = jnp.dtype(jnp.float64)
+
+
+def _via_conv2d(x, kernel, spec, bias, activation, initial_state, implementation):
+  """The convolution as a 2-D one of height 1, on the library's 2-D kernels (or XLA's)."""
+  padding = spec.padding
+  if initial_state is not None:
+    # The state takes the place of the causal zero padding.
+    x, padding = jnp.concatenate([initial_state, x], axis=1), (0, 0)
+  y = depthwise_conv2d(x[:, None], kernel[None], strides=(1, spec.stride), padding=((0, 0), padding),
+                       kernel_dilation=(1, spec.dilation), bias=bias, activation=activation,
+                       implementation=implementation)
+  return y[:, 0]
+
+
+def depthwise_conv1d(
+    x: jax.Array,
+    kernel: jax.Array,
+    *,
+    padding: str | int | Any = "CAUSAL",
+    strides: int = 1,
+    kernel_dilation: int = 1,
+    bias: jax.Array | None = None,
+    activation: Literal["relu", "gelu", "gelu_tanh", "silu"] | None = None,
+    segment_ids: jax.Array | None = None,
+    initial_state: jax.Array | None = None,
+    return_final_state: bool = False,
+    implementation: Literal["flashdwc", "xla"] | None = None,
+) -> jax.Array | tuple[jax.Array, jax.Array]:
+  """Depthwise 1-D convolution over the sequence axis of (N, L, C) inputs.
+
+  y[n, t, c] = activation(bias[c] + sum_k kernel[k, 0, c] * xp[n, t * s + k * d, c]),
+  xp being x padded with `padding` (cross-correlation, as lax.conv_general_dilated).
+
+  Args:
+    x: (N, L, C), float32, float16 or bfloat16 (float64 runs XLA's conv).
+    kernel: (K, 1, C), any K >= 1: the layout of
+      ``flax.linen.Conv(features=C, kernel_size=(K,), feature_group_count=C)``.
+    padding: "CAUSAL" (d * (K - 1) zeros before, none after: output t sees inputs
+      t - d * (K - 1) .. t), "SAME", "SAME_LOWER", "VALID", an int (both sides),
+      or (before, after); negative padding crops.
+    strides: the output stride s >= 1.
+    kernel_dilation: the tap spacing d >= 1.
+    bias: optional (C,) in x's dtype, added in float32 before the activation.
+    activation: None, "relu", "gelu", "gelu_tanh" or "silu", applied in float32
+      to conv + bias before the one rounding to x's dtype.
+    segment_ids: optional (N, L) integers for packed sequences: output t sums only
+      the inputs whose id equals position t's, so no value crosses a boundary
+      between segments (as causal-conv1d's seq_idx). Needs one output per input:
+      strides=1 and padding CAUSAL, SAME, SAME_LOWER or (a, b) >= 0 with
+      a + b = d * (K - 1). Ids need not be sorted; equal ids far apart in a row do
+      see each other if within the filter's reach.
+    initial_state: optional (N, d * (K - 1), C) in x's dtype: the inputs before
+      x[:, 0], in place of the causal zero padding (chunked prefill). It belongs to
+      position 0's segment: where a chunk starts a new segment, pass zeros.
+      Causal padding and strides=1 only.
+    return_final_state: also return the final state, (N, d * (K - 1), C): the
+      last d * (K - 1) inputs, oldest first, of initial_state ++ x (so a chunk
+      shorter than the state keeps the older state's tail; zeros stand in for an
+      absent initial_state). With segment_ids, entries whose segment differs from
+      position L - 1's are zeroed (initial_state counting as position 0's
+      segment), so that feeding it as the next chunk's initial_state gives what
+      running both chunks at once gives whenever the chunk boundary does not also
+      start a new segment. Causal padding and strides=1 only.
+    implementation: None or "flashdwc": this library's kernels; "xla": XLA only.
+
+  Returns:
+    y (N, Lo, C) in x's dtype, or (y, final_state) with return_final_state.
+    Differentiable (forward and reverse mode) in x, kernel, bias and
+    initial_state; batchable with vmap.
+  """
+  spec = check_conv1d(x, kernel, padding=padding, strides=strides, kernel_dilation=kernel_dilation, bias=bias,
+                      activation=activation, segment_ids=segment_ids, initial_state=initial_state,
+                      return_final_state=return_final_state, implementation=implementation)
+  if jnp.dtype(x.dtype) == _FLOAT64:
+    implementation = "xla"
+  if segment_ids is not None:
+    y = _conv1d_xla.conv1d(x, kernel, spec, bias, activation, segment_ids, initial_state)
+  else:
+    y = _via_conv2d(x, kernel, spec, bias, activation, initial_state, implementation)
+  if not return_final_state:
+    return y
+  return y, _conv1d_xla.final_state(x, spec, segment_ids, initial_state)
+
+
+def depthwise_conv1d_update(
+    x_t: jax.Array,
+    state: jax.Array,
+    kernel: jax.Array,
+    bias: jax.Array | None = None,
+    activation: Literal["relu", "gelu", "gelu_tanh", "silu"] | None = None,
+) -> tuple[jax.Array, jax.Array]:
+  """One decoding step of the causal convolution (dilation 1).
+
+  Args:
+    x_t: (N, C), this step's input of each sequence.
+    state: (N, K - 1, C) in x_t's dtype, the last K - 1 inputs oldest first: the
+      final_state of `depthwise_conv1d(..., return_final_state=True)` or of the
+      previous step (zeros for a new sequence).
+    kernel: (K, 1, C) in x_t's dtype; bias, activation as in depthwise_conv1d.
+
+  Returns:
+    (y_t (N, C), new_state (N, K - 1, C)): y_t equals the causal convolution's
+    output at this position; new_state is state shifted by one with x_t last.
+    Under ``jax.jit(depthwise_conv1d_update, donate_argnums=1)`` the new state
+    reuses the old state's buffer.
+  """
+  check_update(x_t, state, kernel, bias, activation)
+  return _conv1d_xla.conv1d_update(x_t, state, kernel, bias, activation)
