@@ -1,4 +1,9 @@
-"""Flax layers: `DepthwiseConv2D` for linen and for nnx.
+"""Flax layers: `Conv` and `intercept` for linen, `DepthwiseConv2D` for linen and nnx.
+
+`Conv` is `flax.linen.Conv` (a subclass: same fields, defaults, parameters and
+initializers, any rank) whose depthwise calls run this library's kernels;
+`intercept()` does the same for every `flax.linen.Conv` of unmodified model code
+(see docs/drop-in.md). The nnx counterparts are in `jax_flashdwc.nnx`.
 
 Both mirror `Conv(features=C, feature_group_count=C)` of their API: the same
 attribute names, the same parameters ("kernel": (KH, KW, 1, C), "bias": (C,)),
@@ -17,14 +22,18 @@ library's kernels always compute in float32).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import dataclasses
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 import jax
+import flax
 import jax.numpy as jnp
 from flax import linen, nnx
 
 from .conv import depthwise_conv2d
+from .lax_conv import Routed
 
 PaddingLike = Any
 Implementation = Literal["flashdwc", "xla"] | None
@@ -180,3 +189,89 @@ class NnxDepthwiseConv2D(nnx.Module):
                   activation=self.activation, deterministic=self.deterministic,
                   promote_dtype=lambda *arrays, dtype: nnx.nn.dtypes.promote_dtype(arrays, dtype=dtype),
                   input_scale=input_scale, input_shift=input_shift, input_activation=self.input_activation)
+
+
+# flax.linen.Conv takes its conv function as a field (`conv_general_dilated`,
+# None: lax's). Its __call__ reads the field when it convolves, so setting it for
+# the length of one call routes that call without re-implementing the layer.
+_HAS_CONV_FIELD = "conv_general_dilated" in {f.name for f in dataclasses.fields(linen.Conv)}
+
+
+def _check_conv_field():
+  if not _HAS_CONV_FIELD:
+    raise NotImplementedError("jax_flashdwc.nn.Conv and intercept() need a flax whose linen.Conv has the "
+                              f"`conv_general_dilated` field; flax {flax.__version__} lacks it")
+
+
+@contextlib.contextmanager
+def _conv_function(module: linen.Conv, fn) -> Iterator[None]:
+  """`module` convolves with `fn` inside the block (the field is frozen outside setup)."""
+  object.__setattr__(module, "conv_general_dilated", fn)
+  try:
+    yield
+  finally:
+    object.__setattr__(module, "conv_general_dilated", None)
+
+
+def _uses_lax(module: linen.Conv) -> bool:
+  return module.conv_general_dilated is None and module.conv_general_dilated_cls is None
+
+
+class Conv(linen.Conv):
+  """`flax.linen.Conv` with its depthwise calls on this library's kernels.
+
+  Every field, default, parameter name, shape, dtype and initializer is
+  flax's (this is a subclass; the class is named Conv so that auto-named
+  submodules are "Conv_0", ... as with flax's), so checkpoints load both ways.
+  A call with feature_group_count equal to the input channels (any multiplier:
+  features = m * channels) runs `depthwise_conv2d` through
+  `jax_flashdwc.lax_conv.conv_general_dilated`; every other call, and every
+  call of a layer given its own `conv_general_dilated` or
+  `conv_general_dilated_cls`, runs flax's code unchanged. Padding ('CIRCULAR',
+  'CAUSAL', ...), batch dimensions and dtype promotion are flax's own.
+
+  Attributes (in addition to flax's):
+    implementation: None runs depthwise calls in float32, float16 and bfloat16
+      on this library's kernels and the others (float64, ...) on XLA's conv;
+      "flashdwc" raises a TypeError for a depthwise call without a kernel;
+      "xla" runs XLA's conv always.
+  """
+
+  implementation: Implementation = None
+
+  def __call__(self, inputs: jax.Array) -> jax.Array:
+    _check_conv_field()
+    if not _uses_lax(self):
+      return super().__call__(inputs)
+    with _conv_function(self, Routed(self.implementation)):
+      return super().__call__(inputs)
+
+
+@contextlib.contextmanager
+def intercept(implementation: Implementation = None) -> Iterator[None]:
+  """Routes every `flax.linen.Conv` called inside the block to this library.
+
+  Built on `flax.linen.intercept_methods`: unmodified model code, written
+  against `flax.linen.Conv`, runs its depthwise convolutions on the library's
+  kernels (as `Conv` above); dense and grouped ones, and layers given their own
+  conv function, run flax's code unchanged. Parameters are untouched:
+  `model.init` and `model.apply` inside the block give and take flax's trees.
+  Applies to the calls traced inside the block (wrap `jax.jit`'s first call,
+  or the function it compiles).
+
+      with jax_flashdwc.nn.intercept():
+        y = model.apply(variables, x)
+  """
+  _check_conv_field()
+  fn = Routed(implementation)
+
+  def interceptor(next_fun, args, kwargs, context):
+    module = context.module
+    if (context.method_name != "__call__" or not isinstance(module, linen.Conv) or isinstance(module, Conv)
+        or not _uses_lax(module)):
+      return next_fun(*args, **kwargs)
+    with _conv_function(module, fn):
+      return next_fun(*args, **kwargs)
+
+  with linen.intercept_methods(interceptor):
+    yield
