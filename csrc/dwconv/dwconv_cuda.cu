@@ -34,11 +34,53 @@ constexpr int64_t kGemvMaxKernelW = 512;
 // four 31-wide rows per stage, while two stages stay small next to L1.
 constexpr int64_t kGemvStageBytes = 16 * 1024;
 
+// The direct kernels' grid: x over an image row's (column, channel group) slots, y
+// over the N * rows image rows (a grid-stride loop past 65535). False where a row has
+// more slots than the kernels' 32-bit column index holds.
+inline bool direct_grid_2d(int64_t rows, int64_t slots, dim3& grid) {
+  if (slots > INT32_MAX - 65535LL * kDirectThreadsPerBlock) return false;
+  grid = dim3(unsigned(std::clamp<int64_t>((slots + kDirectThreadsPerBlock - 1) / kDirectThreadsPerBlock, 1, 65535)),
+              unsigned(std::clamp<int64_t>(rows, 1, 65535)));
+  return true;
+}
+
+template <typename T>
+bool direct_vectorized(const DwConvParams& p, const void* a, const void* b, const void* c) {
+  return p.channels % Vec16<T>::kWidth == 0 && aligned(a, 16) && aligned(b, 16) && aligned(c, 16);
+}
+
 template <typename T>
 cudaError_t launch_fwd_direct(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
                               const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
-  const int64_t elements = p.batch * p.out_h * p.out_w * p.channels;
-  dwconv_fwd_direct_kernel<T><<<direct_grid(elements), kDirectThreads, 0, stream>>>(x, w, y, p, epilogue, prologue);
+  const bool vec = direct_vectorized<T>(p, x, w, y);
+  const int64_t width = vec ? Vec16<T>::kWidth : 1;
+  dim3 grid;
+  if (!direct_grid_2d(p.batch * p.out_h, p.out_w * (p.channels / width), grid)) return cudaErrorInvalidValue;
+  if (vec) {
+    dwconv_fwd_direct_kernel<T, Vec16<T>::kWidth>
+        <<<grid, kDirectThreadsPerBlock, 0, stream>>>(x, w, y, p, epilogue, prologue);
+  } else {
+    dwconv_fwd_direct_kernel<T, 1><<<grid, kDirectThreadsPerBlock, 0, stream>>>(x, w, y, p, epilogue, prologue);
+  }
+  return cudaGetLastError();
+}
+
+int64_t gcd64(int64_t a, int64_t b) { return b == 0 ? a : gcd64(b, a % b); }
+
+template <typename T>
+cudaError_t launch_bwd_data_direct(const DwConvParams& p, const T* dy, const T* w, T* dx, cudaStream_t stream) {
+  const bool vec = direct_vectorized<T>(p, dy, w, dx);
+  const int64_t width = vec ? Vec16<T>::kWidth : 1;
+  dim3 grid;
+  if (!direct_grid_2d(p.batch * p.in_h, p.in_w * (p.channels / width), grid)) return cudaErrorInvalidValue;
+  const int step_h = int(p.stride_h / gcd64(p.stride_h, p.dilation_h));
+  const int step_w = int(p.stride_w / gcd64(p.stride_w, p.dilation_w));
+  if (vec) {
+    dwconv_bwd_data_direct_kernel<T, Vec16<T>::kWidth>
+        <<<grid, kDirectThreadsPerBlock, 0, stream>>>(dy, w, dx, p, step_h, step_w);
+  } else {
+    dwconv_bwd_data_direct_kernel<T, 1><<<grid, kDirectThreadsPerBlock, 0, stream>>>(dy, w, dx, p, step_h, step_w);
+  }
   return cudaGetLastError();
 }
 
@@ -271,9 +313,7 @@ cudaError_t run_dwconv_bwd_data(const DwConvParams& p, const T* dy, const T* w, 
   if (p.stride_h == 1 && p.stride_w == 1) {
     return run_dwconv_fwd(stride1_bwd_data_as_fwd(p), dy, w, dx, stream);
   }
-  const int64_t elements = p.batch * p.in_h * p.in_w * p.channels;
-  dwconv_bwd_data_direct_kernel<T><<<direct_grid(elements), kDirectThreads, 0, stream>>>(dy, w, dx, p);
-  return cudaGetLastError();
+  return launch_bwd_data_direct(p, dy, w, dx, stream);
 }
 
 #define FLASHDWC_INSTANTIATE_CUDA(T)                                                               \
