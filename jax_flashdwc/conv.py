@@ -43,13 +43,14 @@ def _tangent_sum(terms, like):
   return total
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(5, 6, 7, 8, 9))
+@partial(jax.custom_jvp, nondiff_argnums=(5, 6, 7, 8, 9, 10))
 def _dwconv_fused(x, kernel, bias, scale, shift, geometry: ConvGeometry, activation, prologue: bool,
-                  input_activation, deterministic: bool):
+                  input_activation, deterministic: bool, routed: bool):
   return ops.dwconv_fwd_fused(x, kernel, bias, scale, shift, geometry, activation, prologue, input_activation)
 
 
-def _dwconv_fused_jvp(geometry, activation, prologue, input_activation, deterministic, primals, tangents):
+def _dwconv_fused_jvp(geometry, activation, prologue, input_activation, deterministic, routed, primals,
+                      tangents):
   # The kernel stores the pre-activation z = conv(x', w) + bias; XLA applies the
   # activation (one elementwise pass, usually fused onward). The tangent of z is
   # conv(tx', w) + conv(x', tw) + tbias on the bilinear primitives, so reverse mode
@@ -58,7 +59,8 @@ def _dwconv_fused_jvp(geometry, activation, prologue, input_activation, determin
   tx, tkernel, tbias, tscale, tshift = tangents
   # z through this same custom_jvp function, so that a second differentiation of
   # this rule finds its rule again.
-  z = _dwconv_fused(x, kernel, bias, scale, shift, geometry, None, prologue, input_activation, deterministic)
+  z = _dwconv_fused(x, kernel, bias, scale, shift, geometry, None, prologue, input_activation, deterministic,
+                    routed)
   x_in, tx_in = x, None if _is_zero(tx) else tx
   if prologue:
     # x' and its tangent, recomputed by XLA in one elementwise pass rather than
@@ -74,8 +76,9 @@ def _dwconv_fused_jvp(geometry, activation, prologue, input_activation, determin
     else:
       x_prime, tx_prime = jax.jvp(apply_input, (u,), (_tangent_sum(u_terms, u),))
       x_in, tx_in = x_prime.astype(x.dtype), tx_prime.astype(x.dtype)
-  tz = _tangent_sum([None if tx_in is None else ops.dwconv_fwd(tx_in, kernel, geometry, deterministic),
-                     None if _is_zero(tkernel) else ops.dwconv_fwd(x_in, tkernel, geometry, deterministic),
+  conv = lambda a, b: ops.dwconv_fwd(a, b, geometry, deterministic, routed)
+  tz = _tangent_sum([None if tx_in is None else conv(tx_in, kernel),
+                     None if _is_zero(tkernel) else conv(x_in, tkernel),
                      None if _is_zero(tbias) else jnp.broadcast_to(tbias.astype(jnp.float32), z.shape).astype(z.dtype)], z)
   return jax.jvp(lambda z: _activations.apply(activation, z), (z,), (tz,))
 
@@ -210,6 +213,9 @@ def depthwise_conv2d(
     return _activations.apply(activation, y if bias is None else y + bias)
   if not isinstance(deterministic, bool):
     raise TypeError(f"deterministic must be a bool; got {deterministic!r}")
+  # implementation=None lets each pass run XLA's conv where routing.py's measured rule
+  # says XLA is faster; "flashdwc" always runs this library's kernels.
+  routed = implementation is None
   crops, geometry = geometry.cropped()
   if any(c for pair in crops for c in pair):
     # Negative padding crops x here, so the kernels only ever see padding >= 0.
@@ -222,7 +228,7 @@ def depthwise_conv2d(
   else:
     restore = lambda y: y
   if bias is None and activation is None and not prologue:
-    return restore(ops.dwconv_fwd(x, kernel, geometry, deterministic))
+    return restore(ops.dwconv_fwd(x, kernel, geometry, deterministic, routed))
   bias = jnp.zeros((channels,), x.dtype) if bias is None else bias
   return restore(_dwconv_fused(x, kernel, bias, scale, shift, geometry, activation, prologue, input_activation,
-                               deterministic))
+                               deterministic, routed))

@@ -39,7 +39,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from . import _custom_calls as calls
-from . import _partitioning
+from . import _partitioning, routing
 from ._geometry import ConvGeometry
 
 # The primitives lower through custom_partitioning, which needs the device
@@ -54,8 +54,14 @@ except ImportError:  # Newer jax keeps it in dispatch only.
   from jax._src.dispatch import apply_primitive
 
 
-def _primitive(name, abstract, partitioned):
-  """A primitive: `abstract` gives its result, `partitioned(*operands, **params)` lowers it."""
+def _primitive(name, abstract, partitioned, xla=None, problem=None):
+  """A primitive: `abstract` gives its result, `partitioned(*operands, **params)` lowers it.
+
+  With `xla` and `problem`, a bind with routed=True lowers to `xla(*operands, **params)`
+  where routing.route says XLA's conv is the faster for `problem(*avals, **params)`
+  on the platform being lowered for (implementation=None); routed=False always runs
+  this library's kernels (implementation="flashdwc").
+  """
   prim = Primitive(name)
   prim.def_impl(lambda *args, **params: apply_primitive(prim, *args, **params))
   prim.def_abstract_eval(abstract)
@@ -64,6 +70,9 @@ def _primitive(name, abstract, partitioned):
     (out,) = ctx.avals_out
     if any(math.prod(a.shape) == 0 for a in (*ctx.avals_in, out)):
       fn = lambda *_: [jnp.zeros(out.shape, out.dtype)]
+    elif (xla is not None and params.get("routed")
+          and routing.route(*problem(*ctx.avals_in, **params), platform=_platform(ctx)) == "xla"):
+      fn = lambda *args: [xla(*args, **params)]
     else:
       fn = lambda *args: [partitioned(*args, **params)]
     return mlir.lower_fun(fn, multiple_results=True)(ctx, *operands)
@@ -73,15 +82,21 @@ def _primitive(name, abstract, partitioned):
   return prim
 
 
-def _fwd_abstract(x, w, *, geometry, deterministic):
+def _platform(ctx):
+  """The one platform a lowering is for, or None when lowering for several at once."""
+  platforms = tuple(getattr(ctx.module_context, "platforms", ()) or ())
+  return platforms[0] if len(platforms) == 1 else None
+
+
+def _fwd_abstract(x, w, *, geometry, deterministic, routed):
   return calls.fwd_abstract(x, w, geometry=geometry)
 
 
-def _bwd_data_abstract(dy, w, *, geometry, input_hw, deterministic):
+def _bwd_data_abstract(dy, w, *, geometry, input_hw, deterministic, routed):
   return calls.bwd_data_abstract(dy, w, geometry=geometry, input_hw=input_hw)
 
 
-def _bwd_filter_abstract(x, dy, *, geometry, kernel_hw, deterministic):
+def _bwd_filter_abstract(x, dy, *, geometry, kernel_hw, deterministic, routed):
   return calls.bwd_filter_abstract(x, dy, geometry=geometry, kernel_hw=kernel_hw, deterministic=deterministic)
 
 
@@ -91,43 +106,53 @@ def _fwd_fused_abstract(x, w, bias, scale, shift, *, geometry, activation, prolo
 
 dwconv_fwd_p = _primitive(
     "flashdwc_dwconv_fwd", _fwd_abstract,
-    lambda x, w, *, geometry, deterministic: _partitioning.fwd(x, w, geometry))
+    lambda x, w, *, geometry, deterministic, routed: _partitioning.fwd(x, w, geometry),
+    xla=lambda x, w, *, geometry, deterministic, routed: routing.xla_fwd(x, w, geometry),
+    problem=lambda x, w, *, geometry, **_: ("fwd", x, w.shape[:2], geometry))
 dwconv_bwd_data_p = _primitive(
     "flashdwc_dwconv_bwd_data", _bwd_data_abstract,
-    lambda dy, w, *, geometry, input_hw, deterministic: _partitioning.bwd_data(dy, w, geometry, input_hw))
+    lambda dy, w, *, geometry, input_hw, deterministic, routed: _partitioning.bwd_data(dy, w, geometry, input_hw),
+    xla=lambda dy, w, *, geometry, input_hw, deterministic, routed: routing.xla_bwd_data(dy, w, geometry, input_hw),
+    problem=lambda dy, w, *, geometry, input_hw, **_: (
+        "dx", jax.ShapeDtypeStruct((dy.shape[0], *input_hw, dy.shape[3]), dy.dtype), w.shape[:2], geometry))
 dwconv_bwd_filter_p = _primitive(
     "flashdwc_dwconv_bwd_filter", _bwd_filter_abstract,
-    lambda x, dy, *, geometry, kernel_hw, deterministic: _partitioning.bwd_filter(x, dy, geometry, kernel_hw,
-                                                                                  deterministic))
+    lambda x, dy, *, geometry, kernel_hw, deterministic, routed: _partitioning.bwd_filter(
+        x, dy, geometry, kernel_hw, deterministic),
+    xla=lambda x, dy, *, geometry, kernel_hw, deterministic, routed: routing.xla_bwd_filter(x, dy, geometry, kernel_hw),
+    problem=lambda x, dy, *, geometry, kernel_hw, **_: ("dw", x, kernel_hw, geometry))
 dwconv_fwd_fused_p = _primitive(
     "flashdwc_dwconv_fwd_fused", _fwd_fused_abstract,
     lambda x, w, bias, scale, shift, *, geometry, activation, prologue, input_activation: _partitioning.fwd_fused(
         x, w, bias, scale, shift, geometry, activation, prologue, input_activation))
 
 
-def dwconv_fwd(x, w, geometry: ConvGeometry, deterministic: bool = False):
+def dwconv_fwd(x, w, geometry: ConvGeometry, deterministic: bool = False, routed: bool = False):
   """y = conv(x, w): (N, H, W, C), (KH, KW, 1, C) -> (N, Ho, Wo, C).
 
   deterministic: whether the filter gradients that differentiation derives from
   this call sum their partials in a fixed order (bit-identical across runs).
+  routed: whether this pass, and the passes differentiation derives from it, may
+  run XLA's conv where routing.py's measured rule says it is faster.
   """
-  return dwconv_fwd_p.bind(x, w, geometry=geometry, deterministic=bool(deterministic))
+  return dwconv_fwd_p.bind(x, w, geometry=geometry, deterministic=bool(deterministic), routed=bool(routed))
 
 
-def dwconv_bwd_data(dy, w, geometry: ConvGeometry, input_hw, deterministic: bool = False):
+def dwconv_bwd_data(dy, w, geometry: ConvGeometry, input_hw, deterministic: bool = False, routed: bool = False):
   """dx from dy: (N, Ho, Wo, C), (KH, KW, 1, C) -> (N, H, W, C), (H, W) = input_hw."""
   return dwconv_bwd_data_p.bind(dy, w, geometry=geometry, input_hw=tuple(input_hw),
-                                deterministic=bool(deterministic))
+                                deterministic=bool(deterministic), routed=bool(routed))
 
 
-def dwconv_bwd_filter(x, dy, geometry: ConvGeometry, kernel_hw, deterministic: bool = False):
+def dwconv_bwd_filter(x, dy, geometry: ConvGeometry, kernel_hw, deterministic: bool = False,
+                      routed: bool = False):
   """dw from x and dy: (N, H, W, C), (N, Ho, Wo, C) -> (KH, KW, 1, C), (KH, KW) = kernel_hw.
 
   deterministic: sum the partial results in a fixed order (bit-identical across
   runs) instead of merging them with atomic adds on the GPU.
   """
   return dwconv_bwd_filter_p.bind(x, dy, geometry=geometry, kernel_hw=tuple(kernel_hw),
-                                  deterministic=bool(deterministic))
+                                  deterministic=bool(deterministic), routed=bool(routed))
 
 
 def dwconv_fwd_fused(x, w, bias, scale, shift, geometry: ConvGeometry, activation: str | None,
@@ -148,28 +173,28 @@ def _shape_of(a):
   return aval.shape if aval is not None else jnp.shape(a)
 
 
-def _fwd_transpose_x(ct, x, w, *, geometry, deterministic):
-  return dwconv_bwd_data(ct, w, geometry, _shape_of(x)[1:3], deterministic)
+def _fwd_transpose_x(ct, x, w, *, geometry, deterministic, routed):
+  return dwconv_bwd_data(ct, w, geometry, _shape_of(x)[1:3], deterministic, routed)
 
 
-def _fwd_transpose_w(ct, x, w, *, geometry, deterministic):
-  return dwconv_bwd_filter(x, ct, geometry, _shape_of(w)[:2], deterministic)
+def _fwd_transpose_w(ct, x, w, *, geometry, deterministic, routed):
+  return dwconv_bwd_filter(x, ct, geometry, _shape_of(w)[:2], deterministic, routed)
 
 
-def _bwd_data_transpose_dy(ct, dy, w, *, geometry, input_hw, deterministic):
-  return dwconv_fwd(ct, w, geometry, deterministic)
+def _bwd_data_transpose_dy(ct, dy, w, *, geometry, input_hw, deterministic, routed):
+  return dwconv_fwd(ct, w, geometry, deterministic, routed)
 
 
-def _bwd_data_transpose_w(ct, dy, w, *, geometry, input_hw, deterministic):
-  return dwconv_bwd_filter(ct, dy, geometry, _shape_of(w)[:2], deterministic)
+def _bwd_data_transpose_w(ct, dy, w, *, geometry, input_hw, deterministic, routed):
+  return dwconv_bwd_filter(ct, dy, geometry, _shape_of(w)[:2], deterministic, routed)
 
 
-def _bwd_filter_transpose_x(ct, x, dy, *, geometry, kernel_hw, deterministic):
-  return dwconv_bwd_data(dy, ct, geometry, _shape_of(x)[1:3], deterministic)
+def _bwd_filter_transpose_x(ct, x, dy, *, geometry, kernel_hw, deterministic, routed):
+  return dwconv_bwd_data(dy, ct, geometry, _shape_of(x)[1:3], deterministic, routed)
 
 
-def _bwd_filter_transpose_dy(ct, x, dy, *, geometry, kernel_hw, deterministic):
-  return dwconv_fwd(x, ct, geometry, deterministic)
+def _bwd_filter_transpose_dy(ct, x, dy, *, geometry, kernel_hw, deterministic, routed):
+  return dwconv_fwd(x, ct, geometry, deterministic, routed)
 
 
 ad.defbilinear(dwconv_fwd_p, _fwd_transpose_x, _fwd_transpose_w)

@@ -189,16 +189,104 @@ def paper_points(ks=(3, 5, 7, 9, 13, 17, 21, 31, 51)):
           for (n, h, w, c) in maps for k in ks]
 
 
-def model_layers():
-  """Depthwise layers of real models at batch 128."""
-  cases = []
-  for h, c in ((56, 96), (28, 192), (14, 384), (7, 768)):
-    cases.append(ConvCase(f"convnext_t_{h}x{h}x{c}_k7", 128, h, h, c, 7, 7))
-  for h, c, k in ((56, 128, 31), (28, 256, 29), (14, 512, 27), (7, 1024, 13)):
-    cases.append(ConvCase(f"replknet31b_{h}x{h}x{c}_k{k}", 128, h, h, c, k, k))
-  for h, c in ((112, 96), (56, 144), (28, 192), (14, 576)):
-    cases.append(ConvCase(f"mobilenetv2_{h}x{h}x{c}_k3_s2", 128, h, h, c, 3, 3, strides=2))
-  for h, c, k in ((56, 96, 51), (28, 192, 49), (14, 384, 47), (7, 768, 13)):
-    cases.append(ConvCase(f"slak_t_{h}x{h}x{c}_{k}x5", 128, h, h, c, k, 5))
-    cases.append(ConvCase(f"slak_t_{h}x{h}x{c}_5x{k}", 128, h, h, c, 5, k))
-  return cases
+@dataclasses.dataclass(frozen=True)
+class ModelLayer:
+  """A depthwise layer of a published model: which model, where in it, and the problem."""
+  model: str
+  layer: str
+  case: ConvCase
+
+
+def _sym(kh, kw, dilation=1):
+  """PyTorch-style symmetric padding d * (k - 1) // 2 on each side."""
+  d = dilation
+  return ((d * (kh - 1) // 2,) * 2, (d * (kw - 1) // 2,) * 2)
+
+
+def _layer(model, layer, n, hw, c, kh, kw=None, strides=1, dilation=1, padding=None):
+  kw = kh if kw is None else kw
+  h, w = (hw, hw) if isinstance(hw, int) else hw
+  padding = _sym(kh, kw, dilation) if padding is None else padding
+  name = f"{model}/{layer}"
+  return ModelLayer(model, layer, ConvCase(name, n, h, w, c, kh, kw, strides=strides, padding=padding,
+                                           dilation=dilation))
+
+
+def _registry():
+  """The depthwise layers of real models at training batch sizes: the one list of
+  shapes that matter, read by the tests (tests/test_registry.py) and the layer
+  benchmark (benchmarks/bench_layers.py).
+
+  Inputs at 224x224 (EfficientNet-B3 at 300x300), batch 64 for the small and
+  mid-sized models and 32 for the large-kernel ones (RepLKNet-31B, SLaK-T, as their
+  papers train at 32-64 a GPU). Each distinct problem appears once per model, named
+  by stage and, where they differ, by expanded channels. Stride-2 layers use the
+  models' own padding: symmetric k // 2 (PyTorch definitions), "SAME" for the
+  TensorFlow-defined EfficientNets. Mamba's causal conv1d is an H = 1 problem with
+  K - 1 columns of left padding.
+  """
+  L = []
+  # MobileNetV2 (Sandler et al. 2018): 3x3 on the expanded channels, t = 6.
+  for hw, c, s in ((112, 32, 1), (112, 96, 2), (56, 144, 1), (56, 144, 2), (28, 192, 1), (28, 192, 2),
+                   (14, 384, 1), (14, 576, 1), (14, 576, 2), (7, 960, 1)):
+    L.append(_layer("mobilenet_v2", f"{hw}x{hw}x{c}_s{s}", 64, hw, c, 3, strides=s))
+  # MobileNetV3-Large (Howard et al. 2019): 3x3 and 5x5.
+  for hw, c, k, s in ((112, 16, 3, 1), (112, 64, 3, 2), (56, 72, 3, 1), (56, 72, 5, 2), (28, 120, 5, 1),
+                      (28, 240, 3, 2), (14, 200, 3, 1), (14, 480, 3, 1), (14, 672, 3, 1), (14, 672, 5, 2),
+                      (7, 960, 5, 1)):
+    L.append(_layer("mobilenet_v3_large", f"{hw}x{hw}x{c}_k{k}_s{s}", 64, hw, c, k, strides=s))
+  # EfficientNet-B0 (Tan and Le 2019), TensorFlow "SAME" padding.
+  for hw, c, k, s in ((112, 32, 3, 1), (112, 96, 3, 2), (56, 144, 3, 1), (56, 144, 5, 2), (28, 240, 5, 1),
+                      (28, 240, 3, 2), (14, 480, 3, 1), (14, 480, 5, 1), (14, 672, 5, 1), (14, 672, 5, 2),
+                      (7, 1152, 5, 1), (7, 1152, 3, 1)):
+    L.append(_layer("efficientnet_b0", f"{hw}x{hw}x{c}_k{k}_s{s}", 64, hw, c, k, strides=s, padding="SAME"))
+  # EfficientNet-B3 at 300x300: widths x1.2 (rounded to 8), stage inputs 150-10.
+  for hw, c, k, s in ((150, 40, 3, 1), (150, 144, 3, 2), (75, 192, 3, 1), (75, 192, 5, 2), (38, 288, 5, 1),
+                      (38, 288, 3, 2), (19, 576, 3, 1), (19, 816, 5, 1), (19, 816, 5, 2), (10, 1392, 5, 1),
+                      (10, 1392, 3, 1)):
+    L.append(_layer("efficientnet_b3", f"{hw}x{hw}x{c}_k{k}_s{s}", 32, hw, c, k, strides=s, padding="SAME"))
+  # ConvNeXt-T (Liu et al. 2022): 7x7 on every stage.
+  for hw, c in ((56, 96), (28, 192), (14, 384), (7, 768)):
+    L.append(_layer("convnext_t", f"stage_{hw}x{hw}x{c}", 64, hw, c, 7))
+  # VAN-B0 (Guo et al. 2022): LKA's 5x5 then 7x7 dilation 3, and the MLP's 3x3 on 8x the channels.
+  for hw, c in ((56, 32), (28, 64), (14, 160), (7, 256)):
+    L.append(_layer("van_b0", f"lka_5x5_{hw}x{hw}x{c}", 64, hw, c, 5))
+    L.append(_layer("van_b0", f"lka_7x7_d3_{hw}x{hw}x{c}", 64, hw, c, 7, dilation=3))
+    L.append(_layer("van_b0", f"mlp_3x3_{hw}x{hw}x{8 * c}", 64, hw, 8 * c, 3))
+  # UniRepLKNet-T (Ding et al. 2024): 3x3 in stage 1, 13x13 from stage 2 with the dilated
+  # training branches of its dilated reparam block (5 d1, 7 d2, 3 d3, 3 d4, 3 d5).
+  L.append(_layer("unireplknet_t", "stage1_3x3_56x56x80", 64, 56, 80, 3))
+  for hw, c in ((28, 160), (14, 320), (7, 640)):
+    L.append(_layer("unireplknet_t", f"13x13_{hw}x{hw}x{c}", 64, hw, c, 13))
+    for k, d in ((5, 1), (7, 2), (3, 3), (3, 4), (3, 5)):
+      L.append(_layer("unireplknet_t", f"branch_{k}x{k}_d{d}_{hw}x{hw}x{c}", 64, hw, c, k, dilation=d))
+  # InceptionNeXt-T (Yu et al. 2024): 3x3, 1x11 and 11x1 bands on an eighth of the channels each.
+  for hw, c in ((56, 96), (28, 192), (14, 384), (7, 768)):
+    g = c // 8
+    L.append(_layer("inceptionnext_t", f"square_3x3_{hw}x{hw}x{g}", 64, hw, g, 3))
+    L.append(_layer("inceptionnext_t", f"band_1x11_{hw}x{hw}x{g}", 64, hw, g, 1, 11))
+    L.append(_layer("inceptionnext_t", f"band_11x1_{hw}x{hw}x{g}", 64, hw, g, 11, 1))
+  # RepLKNet-31B (Ding et al. 2022): 31, 29, 27, 13 with the 5x5 training branch.
+  for hw, c, k in ((56, 128, 31), (28, 256, 29), (14, 512, 27), (7, 1024, 13)):
+    L.append(_layer("replknet_31b", f"{k}x{k}_{hw}x{hw}x{c}", 32, hw, c, k))
+    L.append(_layer("replknet_31b", f"branch_5x5_{hw}x{hw}x{c}", 32, hw, c, 5))
+  # SLaK-T (Liu et al. 2023): 51, 49, 47, 13 as a k x 5 and a 5 x k strip, and a 5x5.
+  for hw, c, k in ((56, 96, 51), (28, 192, 49), (14, 384, 47), (7, 768, 13)):
+    L.append(_layer("slak_t", f"{k}x5_{hw}x{hw}x{c}", 32, hw, c, k, 5))
+    L.append(_layer("slak_t", f"5x{k}_{hw}x{hw}x{c}", 32, hw, c, 5, k))
+    L.append(_layer("slak_t", f"branch_5x5_{hw}x{hw}x{c}", 32, hw, c, 5))
+  # ConvMixer-1536/20 (Trockman and Kolter 2022): 9x9 on 32x32 (patch 7 at 224).
+  L.append(_layer("convmixer_1536_20", "9x9_32x32x1536", 64, 32, 1536, 9))
+  # Mamba's causal conv1d (Gu and Dao 2023), K = 4, on d_inner = 2 d_model channels:
+  # Mamba-130M (1536) and Mamba-2.8B (5120), 2048-token sequences.
+  for c, n in ((1536, 8), (5120, 4)):
+    L.append(_layer("mamba", f"conv1d_k4_L2048_c{c}", n, (1, 2048), c, 1, 4, padding=((0, 0), (3, 0))))
+  return L
+
+
+MODEL_LAYERS = _registry()
+
+
+def model_layers(models=None):
+  """The registry's problems (ConvCase, named model/layer), optionally for some models only."""
+  return [m.case for m in MODEL_LAYERS if models is None or m.model in models]
