@@ -12,11 +12,39 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 
-from . import _conv1d_xla
-from ._conv1d_args import check_conv1d, check_update
+from . import _conv1d_ops, _conv1d_xla
+from ._conv1d_args import Conv1DSpec, check_conv1d, check_update
 from .conv import depthwise_conv2d
 
 _FLOAT64 = jnp.dtype(jnp.float64)
+
+# Whether problems without segment_ids and initial_state, which the 2-D kernels
+# also run (as H = 1), take the 1-D kernels instead where those apply (stride 1,
+# one output per input). By bytes moved the 1-D kernels are the better choice:
+# the 2-D forward reached about 2 TB/s on Mamba shapes (bf16, 8x2048x3072, K = 4,
+# H200), half of copy bandwidth, and with a fused activation its gradient stores
+# and rereads the pre-activation z (7 passes over an (N, L, C) tensor for a
+# training step, where the 1-D kernels' recomputed SiLU needs 5: read x, write y;
+# read x and dy, write dx). Set to False to run the 2-D path;
+# benchmarks/bench_conv1d.py times both.
+PLAIN_ON_1D_KERNELS = True
+
+
+def _kernels_apply(spec: Conv1DSpec, x) -> bool:
+  """Whether the 1-D kernels run this problem: stride 1, padding >= 0 and one output
+  per input (CAUSAL, SAME, SAME_LOWER or (a, b) with a + b = d * (K - 1))."""
+  lo, hi = spec.padding
+  return spec.stride == 1 and lo >= 0 and hi >= 0 and lo + hi == spec.state_length and x.size > 0
+
+
+def _via_1d_kernels(x, kernel, spec, bias, activation, segment_ids, initial_state):
+  n, _, c = x.shape
+  b = jnp.zeros((0,), x.dtype) if bias is None else bias
+  # Ids are compared for equality only; int32 keeps distinct ids distinct up to 2**31.
+  seg = jnp.zeros((0,), jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)
+  state = jnp.zeros((n, 0, c), x.dtype) if initial_state is None else initial_state
+  return _conv1d_ops.conv1d_fwd(x, kernel, b, seg, state, pad_lo=spec.padding[0], dilation=spec.dilation,
+                                activation=activation)
 
 
 def _via_conv2d(x, kernel, spec, bias, activation, initial_state, implementation):
@@ -92,7 +120,10 @@ def depthwise_conv1d(
                       return_final_state=return_final_state, implementation=implementation)
   if jnp.dtype(x.dtype) == _FLOAT64:
     implementation = "xla"
-  if segment_ids is not None:
+  general = segment_ids is not None or initial_state is not None
+  if implementation != "xla" and _kernels_apply(spec, x) and (general or PLAIN_ON_1D_KERNELS):
+    y = _via_1d_kernels(x, kernel, spec, bias, activation, segment_ids, initial_state)
+  elif segment_ids is not None:
     y = _conv1d_xla.conv1d(x, kernel, spec, bias, activation, segment_ids, initial_state)
   else:
     y = _via_conv2d(x, kernel, spec, bias, activation, initial_state, implementation)

@@ -11,6 +11,7 @@
 #include "dwconv/dwconv_cuda.h"
 #endif
 #include "ffi/dwconv_ffi.h"
+#include "ffi/conv1d_ffi.h"
 
 namespace nb = nanobind;
 
@@ -35,6 +36,8 @@ NB_MODULE(_jax_flashdwc, m) {
     cpu["flashdwc_fwd_fused"] = encapsulate_ffi_handler(flashdwc::DwConvFwdFusedCpuFfi);
     cpu["flashdwc_bwd_data"] = encapsulate_ffi_handler(flashdwc::DwConvBwdDataCpuFfi);
     cpu["flashdwc_bwd_filter"] = encapsulate_ffi_handler(flashdwc::DwConvBwdFilterCpuFfi);
+    cpu["flashdwc_conv1d_fwd"] = encapsulate_ffi_handler(flashdwc::Conv1dFwdCpuFfi);
+    cpu["flashdwc_conv1d_bwd"] = encapsulate_ffi_handler(flashdwc::Conv1dBwdCpuFfi);
     nb::dict by_platform;
     by_platform["cpu"] = cpu;
 #ifdef FLASHDWC_WITH_CUDA

@@ -1,0 +1,68 @@
+// The 1-D convolution's XLA FFI handler symbols (module.cc registers them) and the
+// decoding of their buffers into Conv1dParams, shared by the CPU and CUDA handlers.
+#pragma once
+
+#include <string>
+
+#include "conv1d/conv1d_params.h"
+#include "ffi/dwconv_attrs.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace flashdwc {
+
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Conv1dFwdCpuFfi);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Conv1dBwdCpuFfi);
+#ifdef FLASHDWC_WITH_CUDA
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Conv1dFwdCudaFfi);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Conv1dBwdCudaFfi);
+#endif
+
+inline ffi::Error conv1d_invalid(const char* pass, const std::string& what) {
+  return ffi::Error::InvalidArgument(std::string(pass) + ": " + what);
+}
+
+// Checks x (N, L, C), w (K, 1, C), bias (C,) or (0,), seg (N, L) int32 or (0,), state
+// (N, S, C) or (N, 0, C) and the attributes against each other; fills `p`.
+inline ffi::Error make_conv1d_params(const char* pass, const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
+                                     const ffi::AnyBuffer& bias, const ffi::AnyBuffer& seg,
+                                     const ffi::AnyBuffer& state, int64_t pad_lo, int64_t dilation,
+                                     int64_t activation, int64_t chunk, Conv1dParams* p) {
+  const ffi::DataType dt = x.element_type();
+  if (dt != ffi::DataType::F32 && dt != ffi::DataType::F16 && dt != ffi::DataType::BF16) {
+    return conv1d_invalid(pass, "x must be F32, F16 or BF16");
+  }
+  const auto xd = x.dimensions(), wd = w.dimensions(), sd = state.dimensions();
+  if (xd.size() != 3 || wd.size() != 3 || wd[1] != 1 || wd[2] != xd[2] || w.element_type() != dt) {
+    return conv1d_invalid(pass, "x must be (N, L, C) and w (K, 1, C) of x's type");
+  }
+  p->batch = xd[0];
+  p->length = xd[1];
+  p->channels = xd[2];
+  p->kernel_size = wd[0];
+  p->dilation = dilation;
+  p->pad_lo = pad_lo;
+  p->chunk = chunk;
+  const int64_t span = dilation * (p->kernel_size - 1);
+  if (p->kernel_size < 1 || dilation < 1 || pad_lo < 0 || pad_lo > span || chunk < 1) {
+    return conv1d_invalid(pass, "need K >= 1, dilation >= 1, 0 <= pad_lo <= dilation * (K - 1), chunk >= 1");
+  }
+  if (activation < 0 || activation >= kActivationCount) return conv1d_invalid(pass, "unknown activation");
+  p->activation = static_cast<Activation>(activation);
+  p->has_bias = bias.element_count() > 0;
+  if (p->has_bias && (bias.element_count() != size_t(p->channels) || bias.element_type() != dt)) {
+    return conv1d_invalid(pass, "bias must be (C,) of x's type or empty");
+  }
+  p->has_seg = seg.element_count() > 0;
+  if (p->has_seg && (seg.element_count() != size_t(p->batch * p->length) || seg.element_type() != ffi::DataType::S32)) {
+    return conv1d_invalid(pass, "segment ids must be (N, L) int32 or empty");
+  }
+  if (sd.size() != 3 || sd[0] != p->batch || sd[2] != p->channels || state.element_type() != dt ||
+      (sd[1] != 0 && (sd[1] != span || pad_lo != span))) {
+    return conv1d_invalid(pass, "state must be (N, dilation * (K - 1), C) of x's type with causal padding, or "
+                                "(N, 0, C)");
+  }
+  p->state_len = sd[1];
+  return ffi::Error::Success();
+}
+
+}  // namespace flashdwc

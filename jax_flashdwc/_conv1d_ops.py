@@ -1,0 +1,256 @@
+"""The 1-D convolution's kernels as JAX primitives, with their differentiation.
+
+- conv1d_fwd_p(x, w, b, seg, state) -> y = act(conv(x, w) + b), segments masked,
+  the state in place of the causal zero padding: one custom call.
+- conv1d_tangent_p(x, w, b, seg, state, tx, tw, tb, tstate) -> ty, the tangent of
+  conv1d_fwd_p, linear in (tx, tw, tb, tstate). Evaluated (forward mode) as
+  act'(z) * (conv(tx, w; tstate) + conv(x, tw) + tb) on the forward kernel; its
+  transpose (reverse mode) is conv1d_bwd_p on the cotangent.
+- conv1d_bwd_p(x, w, b, seg, state, dy) -> (dx, dstate, dw, db): one custom call
+  that recomputes z from x, forms dz = dy * act'(z) in registers, and writes dx,
+  dstate and per-block partial filter and bias gradients in float32, which are
+  then summed in a fixed order (an XLA reduction over the blocks).
+
+So jax.grad runs the forward kernel once and the backward kernel once, and the
+pre-activation z is never stored. Higher derivatives of conv1d_tangent_p and
+conv1d_bwd_p (grad of grad) and batching of the backward primitives differentiate
+or vmap the jnp implementation in _conv1d_xla.py: correct, not fast.
+
+Operands that a problem lacks are empty: bias (0,), seg (0,), state (N, 0, C).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.core import ShapedArray
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+
+from . import _activations, _conv1d_xla, _ffi
+from ._conv1d_args import Conv1DSpec
+
+try:
+  from jax.interpreters.xla import apply_primitive
+except ImportError:  # Newer jax keeps it in dispatch only.
+  from jax._src.dispatch import apply_primitive
+
+# Positions per block of the backward kernels (CPU and CUDA): the filter-gradient
+# partials are (N * ceil(L / CHUNK), K, C) float32, CHUNK / (K * 4 bytes / itemsize)
+# times smaller than x; at 128 and bf16 K = 4 they are 1/16 of x's bytes, and the
+# K - 1 halo each block rereads is 2% of its input.
+BWD_CHUNK = 128
+_NOT_MAPPED = getattr(batching, "not_mapped", None)
+
+
+def _spec(x, w, pad_lo, dilation):
+  k = w.shape[0]
+  return Conv1DSpec(kernel_size=k, stride=1, dilation=dilation, padding=(pad_lo, dilation * (k - 1) - pad_lo))
+
+
+def _optional(b, state):
+  return (None if b.shape[0] == 0 else b), (None if state.shape[1] == 0 else state)
+
+
+def _reference_fwd(x, w, b, seg, state, *, pad_lo, dilation, activation):
+  """conv1d_fwd_p in jnp."""
+  b, state = _optional(b, state)
+  return _conv1d_xla.conv1d(x, w, _spec(x, w, pad_lo, dilation), b, activation,
+                            None if seg.shape[0] == 0 else seg, state)
+
+
+# --- the custom calls --------------------------------------------------------
+
+
+def _missing_cuda_lowering(ctx, *operands, **params):
+  raise NotImplementedError("jax_flashdwc was built without its CUDA kernels, so depthwise_conv1d cannot run "
+                            "them on a GPU: reinstall it where nvcc is on PATH, or pass implementation='xla'.")
+
+
+def _call_primitive(name, abstract, attributes):
+  prim = Primitive(name + "_call")
+  prim.multiple_results = True
+  prim.def_impl(partial(apply_primitive, prim))
+  prim.def_abstract_eval(abstract)
+  lower = jax.ffi.ffi_lowering(name)
+
+  def rule(ctx, *operands, **params):
+    return lower(ctx, *operands, **attributes(**params))
+
+  mlir.register_lowering(prim, rule, platform="cpu")
+  mlir.register_lowering(prim, rule if _ffi.cuda_available() else _missing_cuda_lowering, platform="cuda")
+  return prim
+
+
+def _i64(v):
+  return np.int64(v)
+
+
+_fwd_call_p = _call_primitive(
+    "flashdwc_conv1d_fwd",
+    lambda x, w, b, seg, state, **_: [ShapedArray(x.shape, x.dtype)],
+    lambda pad_lo, dilation, activation: dict(pad_lo=_i64(pad_lo), dilation=_i64(dilation),
+                                              activation=_i64(_activations.code(activation))))
+
+
+def _bwd_call_abstract(x, w, b, seg, state, dy, *, pad_lo, dilation, activation, chunk):
+  n, length, c = x.shape
+  parts = n * -(-length // chunk)
+  return [ShapedArray(x.shape, x.dtype), ShapedArray(state.shape, state.dtype),
+          ShapedArray((parts, w.shape[0], c), jnp.float32), ShapedArray((parts, c), jnp.float32)]
+
+
+_bwd_call_p = _call_primitive(
+    "flashdwc_conv1d_bwd", _bwd_call_abstract,
+    lambda pad_lo, dilation, activation, chunk: dict(pad_lo=_i64(pad_lo), dilation=_i64(dilation),
+                                                     activation=_i64(_activations.code(activation)),
+                                                     chunk=_i64(chunk)))
+
+
+# --- the public primitives ---------------------------------------------------
+
+
+def _primitive(name, abstract, impl, multiple_results=False):
+  prim = Primitive(name)
+  prim.multiple_results = multiple_results
+  prim.def_impl(partial(apply_primitive, prim))
+  prim.def_abstract_eval(abstract)
+  mlir.register_lowering(prim, mlir.lower_fun(impl, multiple_results=multiple_results))
+  return prim
+
+
+def _fwd_impl(x, w, b, seg, state, *, pad_lo, dilation, activation):
+  return _fwd_call_p.bind(x, w, b, seg, state, pad_lo=pad_lo, dilation=dilation, activation=activation)[0]
+
+
+conv1d_fwd_p = _primitive("flashdwc_conv1d_fwd", lambda x, *_, **__: ShapedArray(x.shape, x.dtype), _fwd_impl)
+
+
+def _bwd_impl(x, w, b, seg, state, dy, *, pad_lo, dilation, activation):
+  dx, dstate, dw_part, db_part = _bwd_call_p.bind(x, w, b, seg, state, dy, pad_lo=pad_lo, dilation=dilation,
+                                                  activation=activation, chunk=BWD_CHUNK)
+  dw = jnp.sum(dw_part, axis=0)[:, None, :].astype(w.dtype)
+  db = jnp.sum(db_part, axis=0).astype(b.dtype) if b.shape[0] else jnp.zeros(b.shape, b.dtype)
+  return [dx, dstate, dw, db]
+
+
+conv1d_bwd_p = _primitive(
+    "flashdwc_conv1d_bwd",
+    lambda x, w, b, seg, state, dy, **_: [ShapedArray(x.shape, x.dtype), ShapedArray(state.shape, state.dtype),
+                                          ShapedArray(w.shape, w.dtype), ShapedArray(b.shape, b.dtype)],
+    _bwd_impl, multiple_results=True)
+
+
+def _tangent_impl(x, w, b, seg, state, tx, tw, tb, tstate, *, pad_lo, dilation, activation):
+  params = dict(pad_lo=pad_lo, dilation=dilation, activation=None)
+  no_bias = jnp.zeros((0,), x.dtype)
+  tz = (conv1d_fwd_p.bind(tx, w, no_bias, seg, tstate, **params).astype(jnp.float32)
+        + conv1d_fwd_p.bind(x, tw, no_bias, seg, state, **params).astype(jnp.float32))
+  if b.shape[0]:
+    tz = tz + tb.astype(jnp.float32)
+  if activation is not None:
+    z = conv1d_fwd_p.bind(x, w, b, seg, state, **params).astype(jnp.float32)
+    tz = jax.jvp(partial(_activations.apply, activation), (z,), (tz,))[1]
+  return tz.astype(x.dtype)
+
+
+conv1d_tangent_p = _primitive("flashdwc_conv1d_tangent", lambda x, *_, **__: ShapedArray(x.shape, x.dtype),
+                              _tangent_impl)
+
+
+def conv1d_fwd(x, w, b, seg, state, *, pad_lo, dilation, activation):
+  return conv1d_fwd_p.bind(x, w, b, seg, state, pad_lo=pad_lo, dilation=dilation, activation=activation)
+
+
+# --- differentiation ---------------------------------------------------------
+
+
+def _instantiate(t, like):
+  return jnp.zeros(like.shape, like.dtype) if type(t) is ad.Zero else t
+
+
+def _fwd_jvp(primals, tangents, **params):
+  x, w, b, seg, state = primals
+  tx, tw, tb, _, tstate = tangents
+  y = conv1d_fwd_p.bind(*primals, **params)
+  if all(type(t) is ad.Zero for t in (tx, tw, tb, tstate)):
+    return y, ad.Zero.from_primal_value(y)
+  ty = conv1d_tangent_p.bind(x, w, b, seg, state, _instantiate(tx, x), _instantiate(tw, w), _instantiate(tb, b),
+                             _instantiate(tstate, state), **params)
+  return y, ty
+
+
+ad.primitive_jvps[conv1d_fwd_p] = _fwd_jvp
+
+
+def _tangent_transpose(ct, x, w, b, seg, state, tx, tw, tb, tstate, **params):
+  undefined = [ad.is_undefined_primal(t) for t in (tx, tw, tb, tstate)]
+  if type(ct) is ad.Zero:
+    return [None] * 5 + [ad.Zero(t.aval) if u else None for t, u in zip((tx, tw, tb, tstate), undefined)]
+  dx, dstate, dw, db = conv1d_bwd_p.bind(x, w, b, seg, state, ct, **params)
+  return [None] * 5 + [g if u else None for g, u in zip((dx, dw, db, dstate), undefined)]
+
+
+ad.primitive_transposes[conv1d_tangent_p] = _tangent_transpose
+
+
+def _reference_tangent(x, w, b, seg, state, tx, tw, tb, tstate, **params):
+  f = lambda x, w, b, state: _reference_fwd(x, w, b, seg, state, **params)
+  return jax.jvp(f, (x, w, b, state), (tx, tw, tb, tstate))[1]
+
+
+def _reference_bwd(x, w, b, seg, state, dy, **params):
+  f = lambda x, w, b, state: _reference_fwd(x, w, b, seg, state, **params)
+  dx, dw, db, dstate = jax.vjp(f, x, w, b, state)[1](dy)
+  return [dx, dstate, dw, db]
+
+
+def _jvp_by_reference(prim, reference, seg_index):
+  """A JVP rule from the jnp implementation (the segment ids, an integer operand,
+  are closed over: they have no tangent)."""
+
+  def rule(primals, tangents, **params):
+    seg = primals[seg_index]
+    rest = [p for i, p in enumerate(primals) if i != seg_index]
+    rest_t = [_instantiate(t, p) for i, (t, p) in enumerate(zip(tangents, primals)) if i != seg_index]
+    f = lambda *a: reference(*a[:seg_index], seg, *a[seg_index:], **params)
+    return jax.jvp(f, rest, rest_t)
+
+  ad.primitive_jvps[prim] = rule
+
+
+_jvp_by_reference(conv1d_tangent_p, _reference_tangent, 3)
+_jvp_by_reference(conv1d_bwd_p, _reference_bwd, 3)
+
+
+# --- batching ----------------------------------------------------------------
+
+
+def _batch_fwd(args, dims, **params):
+  x, w, b, seg, state = args
+  xd, wd, bd, sd, std = dims
+  size = next(a.shape[d] for a, d in zip(args, dims) if d is not _NOT_MAPPED)
+  if wd is _NOT_MAPPED and bd is _NOT_MAPPED and size > 0:
+    # The vmapped problems share the filter: fold the vmapped axis into N.
+    def fold(a, d):
+      a = jnp.broadcast_to(a, (size, *a.shape)) if d is _NOT_MAPPED else jnp.moveaxis(a, d, 0)
+      return a.reshape(size * a.shape[1], *a.shape[2:])
+    absent_seg = sd is _NOT_MAPPED and seg.ndim == 1
+    y = conv1d_fwd_p.bind(fold(x, xd), w, b, seg if absent_seg else fold(seg, sd), fold(state, std), **params)
+    return y.reshape(size, -1, *y.shape[1:]), 0
+  return _batch_by_reference(_reference_fwd, False)(args, dims, **params)
+
+
+def _batch_by_reference(reference, multiple):
+  def rule(args, dims, **params):
+    out = jax.vmap(partial(reference, **params), in_axes=dims)(*args)
+    return (out, [0] * len(out)) if multiple else (out, 0)
+  return rule
+
+
+batching.primitive_batchers[conv1d_fwd_p] = _batch_fwd
+batching.primitive_batchers[conv1d_tangent_p] = _batch_by_reference(_reference_tangent, False)
+batching.primitive_batchers[conv1d_bwd_p] = _batch_by_reference(_reference_bwd, True)
