@@ -26,7 +26,7 @@ struct Conv1dParams {
   bool has_bias, has_seg;
   Activation activation;
 
-  int64_t chunks_per_row() const { return (length + chunk - 1) / chunk; }
+  FLASHDWC_HOST_DEVICE int64_t chunks_per_row() const { return (length + chunk - 1) / chunk; }
 };
 
 // d act / dz at z, in float32, for each Activation (epilogue.h's definitions).

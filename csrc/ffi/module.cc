@@ -46,6 +46,8 @@ NB_MODULE(_jax_flashdwc, m) {
     cuda["flashdwc_fwd_fused"] = encapsulate_ffi_handler(flashdwc::DwConvFwdFusedCudaFfi);
     cuda["flashdwc_bwd_data"] = encapsulate_ffi_handler(flashdwc::DwConvBwdDataCudaFfi);
     cuda["flashdwc_bwd_filter"] = encapsulate_ffi_handler(flashdwc::DwConvBwdFilterCudaFfi);
+    cuda["flashdwc_conv1d_fwd"] = encapsulate_ffi_handler(flashdwc::Conv1dFwdCudaFfi);
+    cuda["flashdwc_conv1d_bwd"] = encapsulate_ffi_handler(flashdwc::Conv1dBwdCudaFfi);
     by_platform["CUDA"] = cuda;
 #endif
     return by_platform;

@@ -1,0 +1,446 @@
+// CUDA kernels of the depthwise 1-D convolution (conv1d_params.h gives the
+// problem). Channel-last rows: each thread owns V consecutive channels (16 bytes
+// when V > 1, one vector load or store per position) and a run of positions, so
+// that a warp reads 512 contiguous bytes of one position at a time.
+//
+// - *_window<KT>: K = KT in {2, 3, 4} and dilation 1 (Mamba's short convolutions).
+//   The K - 1 inputs that consecutive outputs share stay in registers: each input
+//   is loaded once per run, plus a K - 1 halo at the run's start. U positions are
+//   loaded before any is used, so U 16-byte loads are in flight per thread.
+// - *_generic: any K and dilation; taps reread through the caches.
+//
+// The backward kernels recompute z = conv + bias from x, form dz = dy * act'(z) in
+// registers and, from it, the input gradient (and that of the initial state) and
+// each run's partial filter and bias gradients in float32, written to its own slot
+// (summed afterwards in a fixed order: bit-reproducible, no atomics).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "conv1d/conv1d_params.h"
+
+namespace flashdwc {
+namespace conv1d_cuda {
+
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T>
+__device__ __forceinline__ T from_f(float v);
+template <>
+__device__ __forceinline__ float from_f<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// The activation and its derivative for the kernels' inner loops: none and SiLU
+// (Mamba's) inline, the others through one out-of-line call, which keeps erf and
+// tanh out of the unrolled loops and their registers.
+__device__ __noinline__ float activation_out_of_line(Activation a, float z) { return apply_activation(a, z); }
+__device__ __noinline__ float activation_grad_out_of_line(Activation a, float z) { return activation_grad(a, z); }
+
+__device__ __forceinline__ float act(Activation a, float z) {
+  if (a == Activation::kNone) return z;
+  if (a == Activation::kSilu) return z / (1.0f + expf(-z));
+  return activation_out_of_line(a, z);
+}
+
+__device__ __forceinline__ float act_grad(Activation a, float z) {
+  if (a == Activation::kSilu) {
+    const float s = 1.0f / (1.0f + expf(-z));
+    return s * (1.0f + z * (1.0f - s));
+  }
+  return activation_grad_out_of_line(a, z);
+}
+
+// V channels of one position as stored: one 16-byte access when V > 1.
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T e[V];
+};
+
+template <typename T, int V>
+__device__ __forceinline__ Pack<T, V> zero_pack() {
+  Pack<T, V> p;
+#pragma unroll
+  for (int i = 0; i < V; ++i) p.e[i] = from_f<T>(0.0f);
+  return p;
+}
+
+// The block's (row n, run j, channel group g) from a 1-D grid (no 65535 limits on N
+// or runs): channel blocks vary fastest, so that resident blocks cover whole positions.
+struct Tile {
+  int64_t n, run, c0;
+  bool active;
+};
+
+template <int V>
+__device__ __forceinline__ Tile tile(const Conv1dParams& p, int64_t runs) {
+  const int64_t channel_blocks = (p.channels + int64_t(blockDim.x) * V - 1) / (int64_t(blockDim.x) * V);
+  const int64_t b = blockIdx.x;
+  Tile t;
+  t.c0 = ((b % channel_blocks) * blockDim.x + threadIdx.x) * V;
+  t.run = (b / channel_blocks) % runs;
+  t.n = b / channel_blocks / runs;
+  t.active = t.c0 < p.channels;
+  return t;
+}
+
+// Reads of one row: inputs at any position (the state before 0 where given, zeros
+// elsewhere outside [0, L)) and segment ids (clamped to [0, L): the state counts as
+// position 0's segment; positions past L hold zeros, so their id does not matter).
+template <typename T, int V>
+struct RowIn {
+  const T* __restrict__ x;
+  const T* __restrict__ state;
+  const int32_t* __restrict__ seg;
+  int64_t length, channels, state_len;
+
+  __device__ __forceinline__ Pack<T, V> input(int64_t pos, int64_t c0) const {
+    if (pos >= 0 && pos < length) return *reinterpret_cast<const Pack<T, V>*>(x + pos * channels + c0);
+    if (pos < 0 && pos >= -state_len) {
+      return *reinterpret_cast<const Pack<T, V>*>(state + (state_len + pos) * channels + c0);
+    }
+    return zero_pack<T, V>();
+  }
+  __device__ __forceinline__ int32_t seg_at(int64_t pos) const {
+    if (seg == nullptr) return 0;
+    return seg[pos < 0 ? 0 : (pos >= length ? length - 1 : pos)];
+  }
+};
+
+template <typename T, int V>
+__device__ __forceinline__ RowIn<T, V> row_in(const Conv1dParams& p, int64_t n, const T* x, const T* state,
+                                               const int32_t* seg) {
+  return RowIn<T, V>{x + n * p.length * p.channels, p.state_len ? state + n * p.state_len * p.channels : nullptr,
+                     p.has_seg ? seg + n * p.length : nullptr, p.length, p.channels, p.state_len};
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void load_weights(const Conv1dParams& p, const T* w, const T* bias, int64_t c0,
+                                             int k, float (&wk)[V]) {
+#pragma unroll
+  for (int i = 0; i < V; ++i) wk[i] = to_f(w[k * p.channels + c0 + i]);
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void load_bias(const Conv1dParams& p, const T* bias, int64_t c0, float (&b)[V]) {
+#pragma unroll
+  for (int i = 0; i < V; ++i) b[i] = p.has_bias ? to_f(bias[c0 + i]) : 0.0f;
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void store_pack(T* dst, const float (&v)[V]) {
+  Pack<T, V> out;
+#pragma unroll
+  for (int i = 0; i < V; ++i) out.e[i] = from_f<T>(v[i]);
+  *reinterpret_cast<Pack<T, V>*>(dst) = out;
+}
+
+// ---------------------------------------------------------------------------
+// Forward, K = KT, dilation 1.
+template <typename T, int V, int KT, int U>
+__global__ void __launch_bounds__(128) conv1d_fwd_window(const T* __restrict__ x, const T* __restrict__ w,
+                                                         const T* __restrict__ bias, const int32_t* __restrict__ seg,
+                                                         const T* __restrict__ state, T* __restrict__ y,
+                                                         Conv1dParams p, int64_t run_len) {
+  const Tile tl = tile<V>(p, (p.length + run_len - 1) / run_len);
+  if (!tl.active) return;
+  const RowIn<T, V> in = row_in<T, V>(p, tl.n, x, state, seg);
+  T* yrow = y + tl.n * p.length * p.channels + tl.c0;
+  float wr[KT][V], br[V];
+#pragma unroll
+  for (int k = 0; k < KT; ++k) load_weights<T, V>(p, w, bias, tl.c0, k, wr[k]);
+  load_bias<T, V>(p, bias, tl.c0, br);
+  const int64_t t0 = tl.run * run_len;
+  const int64_t t1 = t0 + run_len < p.length ? t0 + run_len : p.length;
+  const int64_t lo = p.pad_lo;
+  // win[j] holds input t - lo + j for the first output t of the current group of U.
+  Pack<T, V> win[KT - 1 + U];
+  int32_t sw[KT - 1 + U];
+#pragma unroll
+  for (int k = 0; k < KT - 1; ++k) {
+    win[k] = in.input(t0 - lo + k, tl.c0);
+    sw[k] = in.seg_at(t0 - lo + k);
+  }
+  for (int64_t t = t0; t < t1; t += U) {
+    int32_t sout[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t pos = t - lo + KT - 1 + u;
+      win[KT - 1 + u] = t + u < t1 ? in.input(pos, tl.c0) : zero_pack<T, V>();
+      sw[KT - 1 + u] = in.seg_at(pos);
+      sout[u] = in.seg_at(t + u);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (t + u < t1) {
+        float acc[V];
+#pragma unroll
+        for (int i = 0; i < V; ++i) acc[i] = br[i];
+#pragma unroll
+        for (int k = 0; k < KT; ++k) {
+          if (sw[u + k] == sout[u]) {
+#pragma unroll
+            for (int i = 0; i < V; ++i) acc[i] = fmaf(wr[k][i], to_f(win[u + k].e[i]), acc[i]);
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < V; ++i) acc[i] = act(p.activation, acc[i]);
+        store_pack<T, V>(yrow + (t + u) * p.channels, acc);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < KT - 1; ++k) {
+      win[k] = win[U + k];
+      sw[k] = sw[U + k];
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Forward, any K and dilation.
+template <typename T, int V>
+__device__ __forceinline__ void preactivation(const Conv1dParams& p, const RowIn<T, V>& in, const T* w,
+                                              const float (&br)[V], int64_t t, int64_t c0, float (&acc)[V]) {
+  const int32_t st = in.seg_at(t);
+#pragma unroll
+  for (int i = 0; i < V; ++i) acc[i] = br[i];
+  for (int64_t k = 0; k < p.kernel_size; ++k) {
+    const int64_t pos = t - p.pad_lo + k * p.dilation;
+    if (in.seg_at(pos) != st) continue;
+    const Pack<T, V> v = in.input(pos, c0);
+#pragma unroll
+    for (int i = 0; i < V; ++i) acc[i] = fmaf(to_f(w[k * p.channels + c0 + i]), to_f(v.e[i]), acc[i]);
+  }
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(128) conv1d_fwd_generic(const T* __restrict__ x, const T* __restrict__ w,
+                                                          const T* __restrict__ bias, const int32_t* __restrict__ seg,
+                                                          const T* __restrict__ state, T* __restrict__ y,
+                                                          Conv1dParams p, int64_t run_len) {
+  const Tile tl = tile<V>(p, (p.length + run_len - 1) / run_len);
+  if (!tl.active) return;
+  const RowIn<T, V> in = row_in<T, V>(p, tl.n, x, state, seg);
+  float br[V];
+  load_bias<T, V>(p, bias, tl.c0, br);
+  const int64_t t0 = tl.run * run_len;
+  const int64_t t1 = t0 + run_len < p.length ? t0 + run_len : p.length;
+  for (int64_t t = t0; t < t1; ++t) {
+    float acc[V];
+    preactivation<T, V>(p, in, w, br, t, tl.c0, acc);
+#pragma unroll
+    for (int i = 0; i < V; ++i) acc[i] = act(p.activation, acc[i]);
+    store_pack<T, V>(y + (tl.n * p.length + t) * p.channels + tl.c0, acc);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Backward, K = KT, dilation 1. Run j owns inputs and outputs [i0, i1) =
+// [j * chunk, min((j + 1) * chunk, L)), and the state's inputs when j = 0. Outputs
+// t = i0 + lo - (KT - 1) .. i1 - 1 + lo pass by in order; after output t, input
+// t - lo has all its contributions (dxacc[0]) and is stored.
+template <typename T, int V, int KT, int U>
+__global__ void __launch_bounds__(128) conv1d_bwd_window(
+    const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, const int32_t* __restrict__ seg,
+    const T* __restrict__ state, const T* __restrict__ dy, T* __restrict__ dx, T* __restrict__ dstate,
+    float* __restrict__ dw_part, float* __restrict__ db_part, Conv1dParams p) {
+  const int64_t runs = p.chunks_per_row();
+  const Tile tl = tile<V>(p, runs);
+  if (!tl.active) return;
+  const RowIn<T, V> in = row_in<T, V>(p, tl.n, x, state, seg);
+  const T* dyrow = dy + tl.n * p.length * p.channels + tl.c0;
+  float wr[KT][V], br[V];
+#pragma unroll
+  for (int k = 0; k < KT; ++k) load_weights<T, V>(p, w, bias, tl.c0, k, wr[k]);
+  load_bias<T, V>(p, bias, tl.c0, br);
+  const int64_t lo = p.pad_lo;
+  const int64_t i0 = tl.run * p.chunk;
+  const int64_t i1 = i0 + p.chunk < p.length ? i0 + p.chunk : p.length;
+  const int64_t first = tl.run == 0 ? -p.state_len : i0;
+  const int64_t t_begin = i0 + lo - (KT - 1), t_end = i1 + lo;  // outputs [t_begin, t_end)
+  float dxacc[KT][V], dw[KT][V], db[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    db[i] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < KT; ++k) dxacc[k][i] = dw[k][i] = 0.0f;
+  }
+  Pack<T, V> win[KT - 1 + U];
+  int32_t sw[KT - 1 + U];
+#pragma unroll
+  for (int k = 0; k < KT - 1; ++k) {
+    win[k] = in.input(t_begin - lo + k, tl.c0);
+    sw[k] = in.seg_at(t_begin - lo + k);
+  }
+  for (int64_t t = t_begin; t < t_end; t += U) {
+    Pack<T, V> g[U];
+    int32_t sout[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t pos = t - lo + KT - 1 + u;
+      win[KT - 1 + u] = in.input(pos, tl.c0);
+      sw[KT - 1 + u] = in.seg_at(pos);
+      const int64_t tt = t + u;
+      const bool exists = tt >= 0 && tt < p.length && tt < t_end;
+      g[u] = exists ? *reinterpret_cast<const Pack<T, V>*>(dyrow + tt * p.channels) : zero_pack<T, V>();
+      sout[u] = in.seg_at(tt);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t tt = t + u;
+      if (tt < t_end) {
+        bool mask[KT];
+#pragma unroll
+        for (int k = 0; k < KT; ++k) mask[k] = sw[u + k] == sout[u];
+        float dz[V];
+#pragma unroll
+        for (int i = 0; i < V; ++i) dz[i] = to_f(g[u].e[i]);
+        if (p.activation != Activation::kNone) {
+#pragma unroll
+          for (int i = 0; i < V; ++i) {
+            float z = br[i];
+#pragma unroll
+            for (int k = 0; k < KT; ++k) {
+              if (mask[k]) z = fmaf(wr[k][i], to_f(win[u + k].e[i]), z);
+            }
+            dz[i] *= act_grad(p.activation, z);
+          }
+        }
+        if (tt >= i0 && tt < i1) {
+#pragma unroll
+          for (int i = 0; i < V; ++i) {
+            db[i] += dz[i];
+#pragma unroll
+            for (int k = 0; k < KT; ++k) {
+              if (mask[k]) dw[k][i] = fmaf(dz[i], to_f(win[u + k].e[i]), dw[k][i]);
+            }
+          }
+        }
+#pragma unroll
+        for (int k = 0; k < KT; ++k) {
+          if (mask[k]) {
+#pragma unroll
+            for (int i = 0; i < V; ++i) dxacc[k][i] = fmaf(wr[k][i], dz[i], dxacc[k][i]);
+          }
+        }
+        const int64_t e = tt - lo;  // input complete after this output
+        if (e >= first && e < i1) {
+          if (e >= 0) {
+            store_pack<T, V>(dx + (tl.n * p.length + e) * p.channels + tl.c0, dxacc[0]);
+          } else {
+            store_pack<T, V>(dstate + (tl.n * p.state_len + p.state_len + e) * p.channels + tl.c0, dxacc[0]);
+          }
+        }
+#pragma unroll
+        for (int k = 0; k < KT - 1; ++k) {
+#pragma unroll
+          for (int i = 0; i < V; ++i) dxacc[k][i] = dxacc[k + 1][i];
+        }
+#pragma unroll
+        for (int i = 0; i < V; ++i) dxacc[KT - 1][i] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < KT - 1; ++k) {
+      win[k] = win[U + k];
+      sw[k] = sw[U + k];
+    }
+  }
+  const int64_t part = tl.n * runs + tl.run;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    db_part[part * p.channels + tl.c0 + i] = db[i];
+#pragma unroll
+    for (int k = 0; k < KT; ++k) dw_part[(part * KT + k) * p.channels + tl.c0 + i] = dw[k][i];
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Backward, any K and dilation: dz is recomputed wherever it is needed (K taps
+// each with an activation), so this costs O(K^2) a position with one; the short
+// filters take the window kernel.
+template <typename T, int V>
+__device__ __forceinline__ void dz_at(const Conv1dParams& p, const RowIn<T, V>& in, const T* w,
+                                      const float (&br)[V], const T* dyrow, int64_t t, int64_t c0, float (&dz)[V]) {
+  const Pack<T, V> g = *reinterpret_cast<const Pack<T, V>*>(dyrow + t * p.channels);
+#pragma unroll
+  for (int i = 0; i < V; ++i) dz[i] = to_f(g.e[i]);
+  if (p.activation == Activation::kNone) return;
+  float z[V];
+  preactivation<T, V>(p, in, w, br, t, c0, z);
+#pragma unroll
+  for (int i = 0; i < V; ++i) dz[i] *= act_grad(p.activation, z[i]);
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(128) conv1d_bwd_generic(
+    const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, const int32_t* __restrict__ seg,
+    const T* __restrict__ state, const T* __restrict__ dy, T* __restrict__ dx, T* __restrict__ dstate,
+    float* __restrict__ dw_part, float* __restrict__ db_part, Conv1dParams p) {
+  const int64_t runs = p.chunks_per_row();
+  const Tile tl = tile<V>(p, runs);
+  if (!tl.active) return;
+  const RowIn<T, V> in = row_in<T, V>(p, tl.n, x, state, seg);
+  const T* dyrow = dy + tl.n * p.length * p.channels + tl.c0;
+  float br[V];
+  load_bias<T, V>(p, bias, tl.c0, br);
+  const int64_t i0 = tl.run * p.chunk;
+  const int64_t i1 = i0 + p.chunk < p.length ? i0 + p.chunk : p.length;
+  const int64_t part = tl.n * runs + tl.run;
+  // Bias and filter partials over the outputs this run owns.
+  float db[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) db[i] = 0.0f;
+  for (int64_t k = 0; k < p.kernel_size; ++k) {
+    float dw[V];
+#pragma unroll
+    for (int i = 0; i < V; ++i) dw[i] = 0.0f;
+    for (int64_t t = i0; t < i1; ++t) {
+      float dz[V];
+      dz_at<T, V>(p, in, w, br, dyrow, t, tl.c0, dz);
+      if (k == 0) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) db[i] += dz[i];
+      }
+      const int64_t pos = t - p.pad_lo + k * p.dilation;
+      if (in.seg_at(pos) != in.seg_at(t)) continue;
+      const Pack<T, V> v = in.input(pos, tl.c0);
+#pragma unroll
+      for (int i = 0; i < V; ++i) dw[i] = fmaf(dz[i], to_f(v.e[i]), dw[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < V; ++i) dw_part[(part * p.kernel_size + k) * p.channels + tl.c0 + i] = dw[i];
+  }
+#pragma unroll
+  for (int i = 0; i < V; ++i) db_part[part * p.channels + tl.c0 + i] = db[i];
+  // Input gradient: input e is read by output t = e + pad_lo - k * dilation.
+  const int64_t first = tl.run == 0 ? -p.state_len : i0;
+  for (int64_t e = first; e < i1; ++e) {
+    float acc[V];
+#pragma unroll
+    for (int i = 0; i < V; ++i) acc[i] = 0.0f;
+    const int32_t se = in.seg_at(e);
+    for (int64_t k = 0; k < p.kernel_size; ++k) {
+      const int64_t t = e + p.pad_lo - k * p.dilation;
+      if (t < 0 || t >= p.length || in.seg_at(t) != se) continue;
+      float dz[V];
+      dz_at<T, V>(p, in, w, br, dyrow, t, tl.c0, dz);
+#pragma unroll
+      for (int i = 0; i < V; ++i) acc[i] = fmaf(to_f(w[k * p.channels + tl.c0 + i]), dz[i], acc[i]);
+    }
+    if (e >= 0) {
+      store_pack<T, V>(dx + (tl.n * p.length + e) * p.channels + tl.c0, acc);
+    } else {
+      store_pack<T, V>(dstate + (tl.n * p.state_len + p.state_len + e) * p.channels + tl.c0, acc);
+    }
+  }
+}
+
+}  // namespace conv1d_cuda
+}  // namespace flashdwc

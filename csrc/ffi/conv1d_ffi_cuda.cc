@@ -1,0 +1,131 @@
+// XLA FFI handlers of the 1-D convolution for the CUDA platform: decode, validate,
+// launch on XLA's stream. No host synchronization or allocation, so they can be
+// captured into command buffers.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "conv1d/conv1d_cuda.h"
+#include "ffi/conv1d_ffi.h"
+
+namespace flashdwc {
+namespace {
+
+ffi::Error cuda_error(const char* pass, cudaError_t err) {
+  return ffi::Error::Internal(std::string(pass) + ": CUDA error " + cudaGetErrorName(err) + ": " +
+                              cudaGetErrorString(err));
+}
+
+cudaError_t poison(ffi::Result<ffi::AnyBuffer>& out, cudaStream_t stream) {
+  if (!poison_outputs_flag().load(std::memory_order_relaxed) || out->size_bytes() == 0) return cudaSuccess;
+  return cudaMemsetAsync(out->untyped_data(), 0xFF, out->size_bytes(), stream);
+}
+
+template <typename T>
+const T* data(const ffi::AnyBuffer& b) {
+  return b.element_count() ? static_cast<const T*>(b.untyped_data()) : nullptr;
+}
+
+template <typename Fn>
+cudaError_t by_type(ffi::DataType dt, Fn&& fn) {
+  switch (dt) {
+    case ffi::DataType::F32: return fn(float{});
+    case ffi::DataType::F16: return fn(__half{});
+    case ffi::DataType::BF16: return fn(__nv_bfloat16{});
+    default: return cudaErrorInvalidValue;  // unreachable: checked in make_conv1d_params
+  }
+}
+
+ffi::Error Conv1dFwdCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer bias,
+                             ffi::AnyBuffer seg, ffi::AnyBuffer state, ffi::Result<ffi::AnyBuffer> y,
+                             int64_t pad_lo, int64_t dilation, int64_t activation) {
+  const char* pass = "flashdwc_conv1d_fwd";
+  Conv1dParams p;
+  if (ffi::Error e = make_conv1d_params(pass, x, w, bias, seg, state, pad_lo, dilation, activation, 1, &p);
+      e.failure()) {
+    return e;
+  }
+  if (y->element_count() != x.element_count() || y->element_type() != x.element_type()) {
+    return conv1d_invalid(pass, "y must have x's shape and type");
+  }
+  if (y->element_count() == 0) return ffi::Error::Success();
+  if (cudaError_t err = poison(y, stream); err != cudaSuccess) return cuda_error(pass, err);
+  const cudaError_t err = by_type(x.element_type(), [&](auto tag) {
+    using T = decltype(tag);
+    return run_conv1d_fwd<T>(p, data<T>(x), data<T>(w), data<T>(bias), data<int32_t>(seg), data<T>(state),
+                             static_cast<T*>(y->untyped_data()), stream);
+  });
+  return err == cudaSuccess ? ffi::Error::Success() : cuda_error(pass, err);
+}
+
+ffi::Error Conv1dBwdCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer bias,
+                             ffi::AnyBuffer seg, ffi::AnyBuffer state, ffi::AnyBuffer dy,
+                             ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dstate,
+                             ffi::Result<ffi::AnyBuffer> dw_part, ffi::Result<ffi::AnyBuffer> db_part,
+                             int64_t pad_lo, int64_t dilation, int64_t activation, int64_t chunk) {
+  const char* pass = "flashdwc_conv1d_bwd";
+  Conv1dParams p;
+  if (ffi::Error e = make_conv1d_params(pass, x, w, bias, seg, state, pad_lo, dilation, activation, chunk, &p);
+      e.failure()) {
+    return e;
+  }
+  const size_t parts = size_t(p.batch * p.chunks_per_row());
+  if (dy.element_count() != x.element_count() || dy.element_type() != x.element_type() ||
+      dx->element_count() != x.element_count() || dstate->element_count() != state.element_count() ||
+      dw_part->element_count() != parts * p.kernel_size * p.channels || db_part->element_count() != parts * p.channels ||
+      dw_part->element_type() != ffi::DataType::F32 || db_part->element_type() != ffi::DataType::F32) {
+    return conv1d_invalid(pass, "dy, dx must match x, dstate the state, the partials (N * chunks, K, C) and "
+                                "(N * chunks, C) float32");
+  }
+  if (x.element_count() == 0) return ffi::Error::Success();
+  for (ffi::Result<ffi::AnyBuffer>* out : {&dx, &dstate, &dw_part, &db_part}) {
+    if (cudaError_t err = poison(*out, stream); err != cudaSuccess) return cuda_error(pass, err);
+  }
+  const cudaError_t err = by_type(x.element_type(), [&](auto tag) {
+    using T = decltype(tag);
+    return run_conv1d_bwd<T>(p, data<T>(x), data<T>(w), data<T>(bias), data<int32_t>(seg), data<T>(state),
+                             data<T>(dy), static_cast<T*>(dx->untyped_data()),
+                             static_cast<T*>(dstate->untyped_data()), static_cast<float*>(dw_part->untyped_data()),
+                             static_cast<float*>(db_part->untyped_data()), stream);
+  });
+  return err == cudaSuccess ? ffi::Error::Success() : cuda_error(pass, err);
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Conv1dFwdCudaFfi, Conv1dFwdCudaImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::AnyBuffer>()  // x (N, L, C)
+                                  .Arg<ffi::AnyBuffer>()  // w (K, 1, C)
+                                  .Arg<ffi::AnyBuffer>()  // bias (C,) or (0,)
+                                  .Arg<ffi::AnyBuffer>()  // segment ids (N, L) int32 or (0,)
+                                  .Arg<ffi::AnyBuffer>()  // initial state (N, S, C) or (N, 0, C)
+                                  .Ret<ffi::AnyBuffer>()  // y (N, L, C)
+                                  .Attr<int64_t>("pad_lo")
+                                  .Attr<int64_t>("dilation")
+                                  .Attr<int64_t>("activation"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Conv1dBwdCudaFfi, Conv1dBwdCudaImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::AnyBuffer>()  // x
+                                  .Arg<ffi::AnyBuffer>()  // w
+                                  .Arg<ffi::AnyBuffer>()  // bias
+                                  .Arg<ffi::AnyBuffer>()  // segment ids
+                                  .Arg<ffi::AnyBuffer>()  // initial state
+                                  .Arg<ffi::AnyBuffer>()  // dy (N, L, C)
+                                  .Ret<ffi::AnyBuffer>()  // dx (N, L, C)
+                                  .Ret<ffi::AnyBuffer>()  // d initial state
+                                  .Ret<ffi::AnyBuffer>()  // dw partials (N * chunks, K, C) float32
+                                  .Ret<ffi::AnyBuffer>()  // dbias partials (N * chunks, C) float32
+                                  .Attr<int64_t>("pad_lo")
+                                  .Attr<int64_t>("dilation")
+                                  .Attr<int64_t>("activation")
+                                  .Attr<int64_t>("chunk"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+}  // namespace flashdwc
