@@ -256,8 +256,9 @@ def intercept(implementation: Implementation = None) -> Iterator[None]:
   kernels (as `Conv` above); dense and grouped ones, and layers given their own
   conv function, run flax's code unchanged. Parameters are untouched:
   `model.init` and `model.apply` inside the block give and take flax's trees.
-  Applies to the calls traced inside the block (wrap `jax.jit`'s first call,
-  or the function it compiles).
+  Applies to the calls traced inside the block: a function JAX traced before
+  it (`jax.jit(model.apply)` called outside, even through another `jax.jit` of
+  the same function) keeps its cached trace, with lax's conv.
 
       with jax_flashdwc.nn.intercept():
         y = model.apply(variables, x)
