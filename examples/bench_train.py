@@ -46,7 +46,7 @@ def make_step(model_name, conv, batch, size, bf16, classes=1000, devices=None):
   y = jax.random.randint(key, (batch,), 0, classes)
   params = model.init(key, x[:1])
   optimizer = optax.adamw(1e-3)
-  opt_state = optimizer.init(params)
+  opt_state = optimizer.init(params["params"])  # the BatchNorm models' batch_stats are not optimized
   if devices is not None:
     mesh = Mesh(np.array(devices), ("data",))
     x, y = jax.device_put((x, y), NamedSharding(mesh, P("data")))
