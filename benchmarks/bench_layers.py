@@ -45,7 +45,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 from shapes import MODEL_LAYERS  # noqa: E402
 
-from jax_flashdwc import depthwise_conv2d  # noqa: E402
+from jax_flashdwc import conv as conv_module, depthwise_conv2d  # noqa: E402
 from jax_flashdwc._geometry import make_geometry  # noqa: E402
 
 PASSES = ("fwd", "dx", "dw")
@@ -199,7 +199,10 @@ def main(argv=None):
   parser.add_argument("--stop-after", type=float, default=None, metavar="SECONDS",
                       help="start no layer after this many seconds")
   parser.add_argument("--compilation-cache", default=None, metavar="DIR")
+  parser.add_argument("--dilation", choices=["subgrid", "direct"], default="subgrid",
+                      help="dilated stride-1 problems on sub-grids (the library's default) or the direct kernels")
   args = parser.parse_args(argv)
+  conv_module.SUBGRID_DILATION = args.dilation == "subgrid"
   if args.compilation_cache:
     jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)

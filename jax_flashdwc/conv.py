@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
-from . import _activations, ops
+from . import _activations, _dilation, ops
 from ._geometry import ConvGeometry, make_geometry
 from .reference import depthwise_conv2d_xla
 
@@ -27,6 +27,12 @@ IMPLEMENTATIONS = ("flashdwc", "xla")
 TRANSPOSE_TALL_FILTERS = True
 _TALL_MIN_KERNEL_H = 13
 _TALL_MAX_KERNEL_W = 6
+
+# Dilated stride-1 problems run as undilated ones on the d_h x d_w interleaved
+# sub-grids of x (_dilation.py), on the fast stride-1 kernels of every pass, instead
+# of on the direct kernels. Set to False to time the direct path
+# (benchmarks/bench_layers.py --dilation direct).
+SUBGRID_DILATION = True
 
 
 def _is_zero(t):
@@ -221,12 +227,18 @@ def depthwise_conv2d(
     # Negative padding crops x here, so the kernels only ever see padding >= 0.
     (top, bottom), (left, right) = crops
     x = x[:, top:x.shape[1] - bottom, left:x.shape[2] - right, :]
+  restore = lambda y: y
+  if SUBGRID_DILATION and _dilation.applies(geometry, prologue):
+    # Bias and activation are per channel and elementwise, so they commute with the
+    # rearrangement.
+    batch, out_hw = x.shape[0], geometry.output_hw(x.shape[1:3], kernel.shape[:2])
+    x, dilated = _dilation.to_subgrids(x, geometry, kernel.shape[:2])
+    restore = lambda y, g=geometry: _dilation.from_subgrids(y, g, batch, out_hw)
+    geometry = dilated
   if _runs_transposed(x.dtype, kernel.shape[:2], geometry):
     # Bias, activation and prologue are per channel, so they carry over unchanged.
     x, kernel, geometry = _swap_hw(x), jnp.swapaxes(kernel, 0, 1), geometry.transposed()
-    restore = _swap_hw
-  else:
-    restore = lambda y: y
+    restore = lambda y, outer=restore: outer(_swap_hw(y))
   if bias is None and activation is None and not prologue:
     return restore(ops.dwconv_fwd(x, kernel, geometry, deterministic, routed))
   bias = jnp.zeros((channels,), x.dtype) if bias is None else bias
