@@ -3,6 +3,12 @@
 The short causal depthwise conv of Mamba, Hyena and similar blocks, channel-last,
 with packed sequences (segment_ids), chunked prefill (initial_state and
 final_state) and one-token decoding (depthwise_conv1d_update).
+
+Routes: stride-1 problems with one output per input (causal, same) run the 1-D
+kernels (_conv1d_ops.py); the rest (strides, VALID, cropping padding) run the 2-D
+kernels as H = 1; implementation="xla" runs lax's conv, or the jnp tap loop of
+_conv1d_xla.py where segments or a state are given. The final state is a slice
+of the inputs, taken in jnp; the decoding step is elementwise work XLA fuses.
 """
 
 from __future__ import annotations

@@ -597,3 +597,14 @@ def test_filter_gradient_is_deterministic(device):
   g = jax.jit(jax.grad(lambda x, w: jnp.sum(depthwise_conv1d(x, w, activation="silu").astype(jnp.float32) ** 2),
                        argnums=1))
   np.testing.assert_array_equal(np.asarray(g(x, w), np.float32), np.asarray(g(x, w), np.float32))
+
+
+def test_window_kernel_loop_model():
+  """The CUDA window kernels' loops, modelled on the CPU (tests/cuda/conv1d_window_model.py)."""
+  import importlib.util
+  import os
+  path = os.path.join(os.path.dirname(__file__), "cuda", "conv1d_window_model.py")
+  spec = importlib.util.spec_from_file_location("conv1d_window_model", path)
+  model = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(model)
+  model.main()
