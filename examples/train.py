@@ -271,6 +271,9 @@ def make_sources(data_dir, eval_dir, image_size, classes, seed, train_images, ev
   return train_source, eval_source, len(train_source.classes), os.path.abspath(data_dir)
 
 
+_STEPS = {}
+
+
 def train(model_name="convnext_micro", conv="flashdwc", steps=300, batch=32, image_size=32, lr=2e-3,
           bf16=False, data_dir=None, classes=10, seed=0, log_every=25, out_dir=None, quiet=False, *,
           eval_dir=None, eval_every=0, checkpoint_every=0, resume=False, workers=0, warmup=None,
@@ -312,7 +315,14 @@ def train(model_name="convnext_micro", conv="flashdwc", steps=300, batch=32, ima
     return {"variables": variables, "opt_state": optimizer.init(variables["params"]),
             "step": jnp.zeros((), jnp.int32)}
 
-  state = jax.jit(init, out_shardings=replicated)(jax.random.key(seed))
+  # Steps of an identical model and optimizer are reused, so that calling train()
+  # again (a resume in the same process, the tests) does not compile them again.
+  key = (model_name, CONVS[conv], bf16, classes, lr, steps, warmup, weight_decay, clip, image_size, len(devices))
+  if key not in _STEPS:
+    _STEPS[key] = (jax.jit(init, out_shardings=replicated), make_train_step(model, optimizer),
+                   make_eval_step(model))
+  init_state, train_step, eval_step = _STEPS[key]
+  state = init_state(jax.random.key(seed))
   config = {"model": model_name, "global_batch": batch, "image_size": image_size, "classes": classes,
             "bf16": bf16, "data": data_name, "seed": seed, "steps": steps, "lr": lr, "warmup": warmup,
             "weight_decay": weight_decay, "clip": clip, "workers": workers, "processes": process_count,
@@ -330,8 +340,6 @@ def train(model_name="convnext_micro", conv="flashdwc", steps=300, batch=32, ima
     os.makedirs(out_dir, exist_ok=True)
     metrics = MetricsLog(out_dir, start if resume else 0)
 
-  train_step = make_train_step(model, optimizer)
-  eval_step = make_eval_step(model)
   schedule_lr = lambda s: float(optimizer_lr(lr, steps, warmup, s))
   variables, opt_state = state["variables"], state["opt_state"]
 

@@ -21,11 +21,6 @@ def _load(name):
   return module
 
 
-def test_data_parallel_example_learns():
-  final_loss = _load("data_parallel").main(["--steps", "25", "--batch", "32", "--size", "16"])
-  assert final_loss < 1.0  # from ~2.3 (10 classes) at step 0
-
-
 def test_models_have_the_same_parameters_with_either_conv():
   import jax
   import jax.numpy as jnp
@@ -41,7 +36,8 @@ def test_models_have_the_same_parameters_with_either_conv():
 
 def test_training_matches_flax_conv_over_a_short_run():
   train = _load("train").train
-  kwargs = dict(model_name="convnext_micro", steps=40, batch=16, image_size=16, quiet=True)
+  # Data-parallel over the test session's host devices (tests/conftest.py), as train.py always is.
+  kwargs = dict(model_name="convnext_micro", steps=40, batch=16, image_size=16, quiet=True, eval_images=0)
   ours, theirs = train(conv="flashdwc", **kwargs), train(conv="flax", **kwargs)
   assert ours[-1] < 0.8 * ours[0]
   np.testing.assert_allclose(np.mean(ours[-10:]), np.mean(theirs[-10:]), rtol=0.02)

@@ -1,0 +1,109 @@
+// The forward plan (plan/fwd.h).
+#include "plan/fwd.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
+#include "fwd/mma_layout.h"
+#include "plan/thresholds.h"
+
+namespace flashdwc {
+
+const char* fwd_kernel_name(FwdKernel kernel) {
+  switch (kernel) {
+    case FwdKernel::kRegFilter: return "regfilter";
+    case FwdKernel::kMma: return "mma";
+    case FwdKernel::kRowStream: return "rowstream";
+    case FwdKernel::kGemv: return "gemv";
+    case FwdKernel::kDirect: return "direct";
+  }
+  return "direct";
+}
+
+// 3x3 and 5x5 filters, stride 1, dilation 1, C a multiple of 64 (a warp's 32 channel
+// pairs are one pixel's, so that it copies whole 128-byte runs), the grid within
+// CUDA's limits; fp16/bf16 only.
+bool can_implement_fwd_regfilter(const DwConvParams& p, bool half_precision) {
+  return half_precision && p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1 &&
+         p.kernel_h == p.kernel_w && (p.kernel_w == 3 || p.kernel_w == 5) && p.channels % 64 == 0 &&
+         p.out_h <= 65535 &&
+         (fwd_regfilter_threads_per_row_block(p) + kFwdRegFilterThreads - 1) / kFwdRegFilterThreads <= INT32_MAX;
+}
+
+// fp16/bf16, stride 1, dilation 1, KW <= 135, and the one-tile block's shared memory
+// within the device's limit.
+bool can_implement_fwd_mma(const DwConvParams& p, bool half_precision, const DeviceLimits& device) {
+  using Tr = MmaFwdTraits;
+  if (!half_precision) return false;
+  if (p.stride_h != 1 || p.stride_w != 1 || p.dilation_h != 1 || p.dilation_w != 1) return false;
+  if (p.kernel_h < 1 || p.kernel_w < 1 || p.kernel_h > kMmaMaxKernelH || p.kernel_w > kMmaMaxKernelW) {
+    return false;
+  }
+  if (p.batch < 0 || p.in_h < 0 || p.in_w < 0 || p.out_h < 0 || p.out_w < 0 || p.channels < 0) return false;
+  if (p.batch <= 0 || p.out_h <= 0 || p.out_w <= 0 || p.channels <= 0) return true;  // launches nothing
+  // Overflow-safe form of batch * tiles_h * tiles_w <= INT32_MAX (the spatial blocks,
+  // decoded in 32 bits by fwd/mma.cuh; more images a strip and more tiles a block only
+  // take fewer), and the channel blocks within the grid's x.
+  const int64_t tiles_w = mma_fwd_ceil_div(p.out_w, Tr::kStripW), tiles_h = mma_fwd_ceil_div(p.out_h, Tr::kRows);
+  if (tiles_w > INT32_MAX || tiles_h > INT32_MAX / tiles_w || p.batch > INT32_MAX / (tiles_h * tiles_w)) {
+    return false;
+  }
+  if (mma_fwd_ceil_div(p.channels, Tr::kBlockChannels) > INT32_MAX) return false;
+  const MmaFwdGrid g = make_mma_fwd_grid(p, 1, 1);
+  return mma_fwd_smem_bytes(g) <= size_t(device.smem_per_block);
+}
+
+// Stride 1, dilation 1, KW 3, 5 or 7, KH <= 9, C a multiple of the 16-byte channel
+// group (4 fp32, 8 fp16/bf16), the grid within CUDA's limits.
+bool can_implement_fwd_rowstream(const DwConvParams& p, bool half_precision) {
+  const int64_t width = half_precision ? 8 : 4;
+  // One grid dimension holds every block: at most out_h rows an image and strip.
+  const int64_t channel_blocks = (p.channels + 8 * width - 1) / (8 * width);
+  const int64_t most_blocks =
+      p.batch * p.out_h * ((p.out_w + kFwdRowStreamNarrowWidth - 1) / kFwdRowStreamNarrowWidth);
+  return p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1 &&
+         (p.kernel_w == 3 || p.kernel_w == 5 || p.kernel_w == 7) && p.kernel_h <= kFwdRowStreamMaxKernelH &&
+         p.channels % width == 0 && most_blocks <= INT32_MAX / std::max<int64_t>(channel_blocks, 1) &&
+         p.in_w * p.channels <= INT32_MAX;  // the kernel's copy offsets within a row
+}
+
+// stride_w 1 or 2, dilation_w 1, KW <= 512, and the grid within CUDA's limits, checked
+// for the most blocks either storage type launches: fp32's 32-channel blocks along y,
+// the half types' smaller TM along x.
+bool can_implement_fwd_gemv(const DwConvParams& p) {
+  const int64_t tm = p.stride_w == 1 ? kFwdGemvHalfTmStride1 : kFwdGemvHalfTmStride2;
+  const int64_t segments = (p.batch * p.out_h + kFwdGemvRowsPerWarp - 1) / kFwdGemvRowsPerWarp *
+                           kFwdGemvRowsPerWarp * ((p.out_w + tm - 1) / tm);
+  return (p.stride_w == 1 || p.stride_w == 2) && p.dilation_w == 1 && p.kernel_w <= kFwdGemvMaxKernelW &&
+         (p.channels + kFwdGemvF32BlockChannels - 1) / kFwdGemvF32BlockChannels <= 65535 &&
+         (segments + kFwdGemvSegments - 1) / kFwdGemvSegments <= INT32_MAX;
+}
+
+// Square 3x3 and 5x5 fp16/bf16 filters with whole 64-channel blocks go to the
+// register-filter kernel at every width, where it was timed faster than the kernels
+// that take those problems otherwise (kernel A/B through this dispatcher on the H200,
+// docs/design-notes.md). Against the row-stream kernel, 5x5: 0.830 and 0.871 of the
+// time in bf16 on the 64- and 32-wide paper maps (C = 256, 1024), 0.846 and 0.919 in
+// fp16, 0.793 on 128x56x56x128; 3x3: 0.95-0.99 on the three paper maps in both dtypes,
+// 0.833 on 128x56x56x128; under 32 columns, where the row-stream kernel has few
+// blocks, 0.38-0.87 (ConvNeXt's 28-, 14- and 7-wide maps at C = 192-768,
+// 128x16x16x512, 128x24x24x256). Against the tensor-core kernel over 64 columns, 5x5:
+// 0.946 (bf16) and 0.881 (fp16) on 128^4, 0.909 on 128x112x112x128. C = 96 is not
+// whole blocks (it took 1.31 of the time there).
+FwdKernel plan_fwd(const DwConvParams& p, bool half_precision, const DeviceLimits& device) {
+  return can_implement_fwd_regfilter(p, half_precision) ? FwdKernel::kRegFilter
+                                                        : plan_fwd_without_regfilter(p, half_precision, device);
+}
+
+FwdKernel plan_fwd_without_regfilter(const DwConvParams& p, bool half_precision, const DeviceLimits& device) {
+  const PlanThresholds& t = kPlanThresholds;
+  const bool mma_faster = p.kernel_w >= t.fwd_mma_min_kernel_w ||
+                          (p.kernel_w == t.fwd_mma_kw5_kernel_w &&
+                           (p.out_w >= t.fwd_mma_kw5_min_out_w || p.channels % kFwdRowStreamHalfBlockChannels != 0));
+  if (mma_faster && can_implement_fwd_mma(p, half_precision, device)) return FwdKernel::kMma;
+  if (can_implement_fwd_rowstream(p, half_precision)) return FwdKernel::kRowStream;
+  return can_implement_fwd_gemv(p) ? FwdKernel::kGemv : FwdKernel::kDirect;
+}
+
+}  // namespace flashdwc

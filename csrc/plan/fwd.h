@@ -1,0 +1,63 @@
+// The forward pass's plan: which kernel runs a problem. One can_implement check per
+// kernel family (can it run this problem at all), and plan_fwd, which takes the
+// fastest family that can, by the thresholds of plan/thresholds.h. Host code only.
+#pragma once
+
+#include <cstdint>
+
+#include "common/params.h"
+#include "plan/device_limits.h"
+
+namespace flashdwc {
+
+// The forward kernels, fastest first.
+enum class FwdKernel {
+  kRegFilter,  // fwd/regfilter.cuh
+  kMma,        // fwd/mma.cuh, fwd/mma_stream.cuh
+  kRowStream,  // fwd/rowstream.cuh
+  kGemv,       // fwd/gemv.cuh
+  kDirect,     // fwd/direct.cuh
+};
+const char* fwd_kernel_name(FwdKernel kernel);
+
+// Sizes of the kernels that the checks below read; the launchers static_assert them
+// against the kernels' traits (fwd/launch.cu, fwd/regfilter.cu).
+// Row-stream: filters at most 9 rows tall; strips of 32 output columns where the output
+// is at most that wide; 64-channel blocks for fp16/bf16.
+inline constexpr int64_t kFwdRowStreamMaxKernelH = 9;
+inline constexpr int64_t kFwdRowStreamNarrowWidth = 32;
+inline constexpr int64_t kFwdRowStreamHalfBlockChannels = 64;
+// GEMV: the widest filter row it keeps in shared memory: 2 rows x 512 taps x 128 bytes
+// of channels = 128 KiB, within the 227 KiB an sm_90 block may use. fp32's 32-channel
+// blocks, 16 width segments a block and 4 rows a warp; fp16/bf16 outputs per thread
+// (TM) at stride 1 and 2.
+inline constexpr int64_t kFwdGemvMaxKernelW = 512;
+inline constexpr int64_t kFwdGemvF32BlockChannels = 32;
+inline constexpr int64_t kFwdGemvSegments = 16;
+inline constexpr int64_t kFwdGemvRowsPerWarp = 4;
+inline constexpr int64_t kFwdGemvHalfTmStride1 = 4;
+inline constexpr int64_t kFwdGemvHalfTmStride2 = 2;
+// Register-filter: 128 threads a block; outputs a thread along the width: 8 for 3x3,
+// 4 for 5x5 (fwd/regfilter.cu, RegFilterShape).
+inline constexpr int64_t kFwdRegFilterThreads = 128;
+inline int64_t fwd_regfilter_outputs_per_thread(int64_t kernel) { return kernel == 3 ? 8 : 4; }
+// Threads along one row block of the register-filter grid.
+inline int64_t fwd_regfilter_threads_per_row_block(const DwConvParams& p) {
+  const int64_t tw = fwd_regfilter_outputs_per_thread(p.kernel_w);
+  return p.batch * ((p.out_w + tw - 1) / tw) * (p.channels / 2);
+}
+
+// Whether each kernel can run the problem's geometry (the launch may also need aligned
+// buffers; see run_dwconv_fwd). `half_precision`: fp16 or bf16 inputs.
+bool can_implement_fwd_regfilter(const DwConvParams& p, bool half_precision);
+bool can_implement_fwd_mma(const DwConvParams& p, bool half_precision, const DeviceLimits& device);
+bool can_implement_fwd_rowstream(const DwConvParams& p, bool half_precision);
+bool can_implement_fwd_gemv(const DwConvParams& p);
+
+// The kernel the forward runs for the problem on `device`.
+FwdKernel plan_fwd(const DwConvParams& p, bool half_precision, const DeviceLimits& device);
+// The kernel it runs where the register-filter kernel cannot: the fallback for the
+// problems that kernel takes when the call has a prologue or buffers it cannot move.
+FwdKernel plan_fwd_without_regfilter(const DwConvParams& p, bool half_precision, const DeviceLimits& device);
+
+}  // namespace flashdwc
