@@ -42,7 +42,7 @@ object() {
     nvcc "${flags[@]}" "${inc[@]}" -M "$root/$file" | tr ' \\' '\n\n' | grep -v ':$' | grep "^$root/" | sort |
       while read -r dep; do echo "${dep#"$root/"}"; cat "$dep"; done
   } | sha256sum | cut -c1-24)
-  obj="$cache/$(basename "$file" .cu)-$key.o"
+  obj="$cache/$(basename "${file%.*}")-$key.o"
   if [ ! -f "$obj" ]; then
     nvcc "${flags[@]}" "${inc[@]}" -c "$root/$file" -o "$obj.$$.tmp" || return 1
     mv -f "$obj.$$.tmp" "$obj"
@@ -64,10 +64,18 @@ for i in "${!versions[@]}"; do
   fi
   for harness in "${harnesses[@]}"; do
     case "$harness" in
-      # fwd_regfilter.cu where the version has it (from the thirty-third session).
-      fwd) files=(benchmarks/cuda/time_fwd.cu csrc/dwconv/dwconv_cuda.cu csrc/dwconv/fwd_mma.cu
-                  $(cd "$src" && ls csrc/dwconv/fwd_regfilter.cu 2>/dev/null || true)) ;;
-      bwd_filter) files=(benchmarks/cuda/time_bwd_filter.cu $(cd "$src" && ls csrc/dwconv/bwd_filter_cuda*.cu)) ;;
+      # A version laid out by pass (csrc/plan/), or one from before (csrc/dwconv/).
+      fwd) if [ -d "$src/csrc/plan" ]; then
+             files=(benchmarks/cuda/time_fwd.cu csrc/fwd/launch.cu csrc/fwd/mma.cu csrc/fwd/regfilter.cu csrc/plan/fwd.cc)
+           else
+             files=(benchmarks/cuda/time_fwd.cu csrc/dwconv/dwconv_cuda.cu csrc/dwconv/fwd_mma.cu
+                    $(cd "$src" && ls csrc/dwconv/fwd_regfilter.cu 2>/dev/null || true))
+           fi ;;
+      bwd_filter) if [ -d "$src/csrc/plan" ]; then
+                    files=(benchmarks/cuda/time_bwd_filter.cu $(cd "$src" && ls csrc/bwd_filter/*.cu) csrc/plan/bwd_filter.cc)
+                  else
+                    files=(benchmarks/cuda/time_bwd_filter.cu $(cd "$src" && ls csrc/dwconv/bwd_filter_cuda*.cu))
+                  fi ;;
       *) echo "unknown harness $harness (fwd, bwd_filter)" >&2; exit 2 ;;
     esac
     # JOBS compiles at a time; each prints its object into a numbered list file.

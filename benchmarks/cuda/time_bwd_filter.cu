@@ -4,10 +4,10 @@
 // a fixed 512 MiB, so that one harness builds against any version of the launcher.
 // Build (from the repository root) and run:
 //   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc \
-//        benchmarks/cuda/time_bwd_filter.cu csrc/dwconv/bwd_filter_cuda*.cu -o time_bwd_filter
+//        benchmarks/cuda/time_bwd_filter.cu csrc/bwd_filter/*.cu csrc/plan/bwd_filter.cc -o time_bwd_filter
 //   ./time_bwd_filter <tag>
 // or, against the objects of an installed build (no second compile of the kernels):
-//   nvcc ... benchmarks/cuda/time_bwd_filter.cu build/*/CMakeFiles/_jax_flashdwc.dir/csrc/dwconv/*.cu.o
+//   nvcc ... benchmarks/cuda/time_bwd_filter.cu build/*/CMakeFiles/_jax_flashdwc.dir/csrc/{fwd,bwd_data,bwd_filter,plan}/*.o
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <algorithm>
@@ -16,7 +16,8 @@
 #include <string>
 #include <type_traits>
 #include <vector>
-#include "dwconv/dwconv_cuda.h"
+#include "bwd_filter/launch.h"
+#include "plan/bwd_filter.h"
 #include "fill_uniform.cuh"
 using flashdwc::DwConvParams;
 constexpr size_t kWorkspaceBytes = size_t(512) << 20;

@@ -4,11 +4,11 @@
 // where building the JAX extension twice would cost more device time.
 // Build (from the repository root) and run:
 //   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc \
-//        benchmarks/cuda/time_fwd.cu csrc/dwconv/dwconv_cuda.cu csrc/dwconv/fwd_mma.cu \
-//        csrc/dwconv/fwd_regfilter.cu -o time_fwd
+//        benchmarks/cuda/time_fwd.cu csrc/fwd/*.cu csrc/plan/fwd.cc \
+//        -o time_fwd
 //   ./time_fwd <tag>
 // or, against the objects of an installed build (no second compile of the kernels):
-//   nvcc ... benchmarks/cuda/time_fwd.cu build/*/CMakeFiles/_jax_flashdwc.dir/csrc/dwconv/*.cu.o
+//   nvcc ... benchmarks/cuda/time_fwd.cu build/*/CMakeFiles/_jax_flashdwc.dir/csrc/{fwd,bwd_data,bwd_filter,plan}/*.o
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <algorithm>
@@ -19,7 +19,7 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
-#include "dwconv/dwconv_cuda.h"
+#include "fwd/launch.h"
 #include "fill_uniform.cuh"
 using flashdwc::DwConvParams;
 template <typename T>

@@ -19,8 +19,8 @@
 
 #include "common/cp_async.cuh"
 #include "common/cuda_types.cuh"
-#include "dwconv/fwd_gemv.cuh"
-#include "dwconv/params.h"
+#include "fwd/gemv.cuh"
+#include "common/params.h"
 
 namespace flashdwc {
 

@@ -1,27 +1,35 @@
-// The filter gradient's launch on the GPU: the split and row-stream kernels' grids,
-// the choice of their template instances, and run_dwconv_bwd_filter, which also
-// launches the tensor-core kernel (bwd_filter_cuda_mma.cu) where
-// select_bwd_filter_kernel picks it. A template here, instantiated once per dtype
-// in bwd_filter_cuda.cu, bwd_filter_cuda_f16.cu and bwd_filter_cuda_bf16.cu, so that
-// the build compiles them side by side: the channel widths (1 for fp32, 4, and 8 for fp16/bf16), TMs,
-// strides and vector variants make 72 kernels, and with the forward launchers in one
-// file nvcc -O3 took 441 s on one core (then 112 kernels); the fp32 file alone takes
-// 69 s.
+// The filter gradient's launch on the GPU: the split, row-stream and GEMV kernels'
+// grids, the choice of their template instances, and run_dwconv_bwd_filter, which
+// runs the kernel plan_bwd_filter (plan/bwd_filter.h) picks, the tensor-core one
+// through bwd_filter/mma.cu. A template here, instantiated once per dtype in
+// launch_f32.cu, launch_f16.cu and launch_bf16.cu, so that the build compiles them
+// side by side: the channel widths (1 for fp32, 4, and 8 for fp16/bf16), TMs, strides
+// and vector variants make 72 kernels, and with the forward launchers in one file
+// nvcc -O3 took 441 s on one core (then 112 kernels); the fp32 file alone takes 69 s.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
-#include "dwconv/bwd_filter_gemv.cuh"
-#include "dwconv/bwd_filter_mma.h"
-#include "dwconv/bwd_filter_rowstream.cuh"
-#include "dwconv/bwd_filter_split.cuh"
-#include "dwconv/direct_kernels.cuh"
-#include "dwconv/dwconv_cuda.h"
-#include "dwconv/launch_helpers.cuh"
+#include "bwd_filter/direct.cuh"
+#include "bwd_filter/gemv.cuh"
+#include "bwd_filter/launch.h"
+#include "bwd_filter/mma.h"
+#include "bwd_filter/rowstream.cuh"
+#include "bwd_filter/split.cuh"
+#include "common/launch.cuh"
+#include "plan/bwd_filter.h"
+#include "plan/fwd.h"
 
 namespace flashdwc {
+
+// The sizes the plan's checks read (plan/bwd_filter.h, plan/fwd.h).
+static_assert(BwdFilterTraits<4>::kBlockChannels == kBwdFilterSplitBlockChannels);
+static_assert(BwdFilterRowStreamTraits<__half, 32>::kBlockChannels == kBwdFilterRowStreamHalfBlockChannels);
+static_assert(BwdFilterRowStreamTraits<float, 32>::kBlockChannels == kBwdFilterRowStreamF32BlockChannels);
+static_assert(GemvFwdTraits<float>::kBlockChannels == kFwdGemvF32BlockChannels &&
+              GemvFwdTraits<float>::kRowsPerWarp == kFwdGemvRowsPerWarp);
 
 // Blocks the split kernel aims for: 4 waves of 132 SMs x 4 resident blocks, so
 // that the last wave's tail costs little. Z (the chunks of the N * Ho rows) is
@@ -30,14 +38,6 @@ inline constexpr int64_t kBwdFilterTargetBlocks = 2048;
 // Deterministic mode keeps one fp32 slice of the filter per chunk; Z is lowered
 // until the slices fit in this.
 inline constexpr int64_t kBwdFilterMaxWorkspaceBytes = int64_t(256) << 20;
-
-// The channel-block limit is checked for the narrower blocks.
-inline bool bwd_filter_split_applies(const DwConvParams& p) {
-  using Tr = BwdFilterTraits<4>;
-  return (p.stride_w == 1 || p.stride_w == 2) && p.dilation_w == 1 &&
-         (p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels <= 65535 &&
-         p.kernel_h * p.kernel_w <= INT32_MAX;
-}
 
 inline BwdFilterGrid make_bwd_filter_grid(const DwConvParams& p, const BwdFilterTiling& tiling,
                                           bool deterministic) {
@@ -137,24 +137,6 @@ cudaError_t launch_bwd_filter_split_tiling(const DwConvParams& p, const BwdFilte
     case 7: return launch_bwd_filter_split_tm<T, 4, 7>(p, tiling, g, x, dy, ws, stream);
     default: return launch_bwd_filter_split_tm<T, 4, 8>(p, tiling, g, x, dy, ws, stream);
   }
-}
-
-// The fp32 filter gradient through the forward GEMV loop (bwd_filter_gemv.cuh): the
-// forward's fp32 TM at stride 1, and its stage size and widest filter row (dwconv_cuda.cu).
-inline constexpr int kBwdFilterGemvTM = 8;
-inline constexpr int64_t kBwdFilterGemvStageBytes = 16 * 1024;
-inline constexpr int64_t kBwdFilterGemvMaxOutW = 512;
-
-inline bool bwd_filter_gemv_applies(const DwConvParams& p) {
-  using Tr = GemvFwdTraits<float>;
-  if (p.stride_h != 1 || p.stride_w != 1 || p.dilation_h != 1 || p.dilation_w != 1) return false;
-  if (p.out_w <= 0 || p.out_w > kBwdFilterGemvMaxOutW) return false;
-  const int64_t row_groups = (p.kernel_h + Tr::kRowsPerWarp - 1) / Tr::kRowsPerWarp;
-  const int64_t segments_per_row = (p.kernel_w + kBwdFilterGemvTM - 1) / kBwdFilterGemvTM;
-  const int64_t row_bytes = p.out_w * Tr::kBlockChannels * int64_t(sizeof(float));
-  return (p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels <= 65535 &&
-         row_groups * segments_per_row <= INT32_MAX && 2 * row_bytes <= max_smem_per_block() &&
-         p.in_w + p.out_w + p.kernel_w <= INT32_MAX;  // gemv_row's 32-bit column, padding included
 }
 
 // Blocks along the KH x KW outputs (grid.x): row groups of kRowsPerWarp rows, each
@@ -282,7 +264,7 @@ cudaError_t launch_bwd_filter_rowstream_strip(const DwConvParams& p, const T* x,
 template <typename T>
 cudaError_t run_dwconv_bwd_filter(const DwConvParams& p, const T* x, const T* dy, T* dw, float* workspace,
                                   bool deterministic, cudaStream_t stream) {
-  BwdFilterKernel kernel = select_bwd_filter_kernel(p, !std::is_same_v<T, float>, deterministic);
+  BwdFilterKernel kernel = plan_bwd_filter(p, !std::is_same_v<T, float>, deterministic, device_limits());
   // The row-stream kernel's 16-byte copies need aligned buffers (XLA's are; a caller
   // of this function may pass others).
   if (kernel == BwdFilterKernel::kRowStream && !(aligned(x, 16) && aligned(dy, 16))) {

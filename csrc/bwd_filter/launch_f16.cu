@@ -1,7 +1,7 @@
 // The filter gradient's fp16 launch (see bwd_filter_launch.cuh for why one file per dtype).
 #include <cuda_fp16.h>
 
-#include "dwconv/bwd_filter_launch.cuh"
+#include "bwd_filter/launch.cuh"
 
 namespace flashdwc {
 

@@ -43,34 +43,10 @@
 #include "common/cuda_types.cuh"
 #include "common/mma_sync.cuh"
 #include "common/ring_slot.cuh"
-#include "dwconv/params.h"
+#include "bwd_filter/mma_layout.h"
+#include "common/params.h"
 
 namespace flashdwc {
-
-struct MmaBwdFilterTraits {
-  static constexpr int kWarps = 4;
-  static constexpr int kThreads = kWarps * 32;
-  static constexpr int kBlockChannels = 8;
-  static constexpr int kWarpChannels = kBlockChannels / kWarps;  // 2
-  static constexpr int kMaxTiles = 4;
-  static constexpr int kMaxKernelW = 16 * kMaxTiles;  // at most 4 M tiles, one N tile
-};
-
-// Problem-derived values computed once on the host (make_grid, bwd_filter_cuda_mma.cu).
-struct MmaBwdFilterGrid {
-  int m_tiles;      // ceil(KW / 16)
-  int n_per_group;  // N tiles (8 filter rows each) per block, m_tiles * n_per_group <= kMaxTiles
-  int groups;       // ceil(ceil(KH / 8) / n_per_group): blockIdx.x
-  int k_tiles;      // ceil(Wo / 16)
-  int stage_rows;   // input rows staged together (one image, consecutive)
-  int ring_rows;    // dy rows the ring holds: 8 * n_per_group + stage_rows - 1
-  int x_words;      // 32-bit words per input-plane copy, 16 mod 32 (the two copies' A reads hit disjoint banks)
-  int dy_words;     // 32-bit words per ring row, 4 mod 32 (a B read's 8 rows hit disjoint banks)
-  int dy_offset;    // byte offset of the ring in shared memory (after stage_rows input-row slots)
-  int64_t rows;            // N * H input rows
-  int64_t rows_per_split;  // input rows per chunk (blockIdx.z)
-  bool atomic;             // merge by atomicAdd into slice 0, else store into slice z
-};
 
 namespace mma_bwd_filter {
 

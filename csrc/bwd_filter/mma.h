@@ -1,5 +1,5 @@
 // Filter gradient on tensor cores (fp16/bf16 inputs, fp32 accumulation): the
-// kernel of bwd_filter_mma.cuh, launched by run_dwconv_bwd_filter where it applies.
+// kernel of bwd_filter/mma.cuh, launched by run_dwconv_bwd_filter where it applies.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,13 +8,9 @@
 
 #include <cstdint>
 
-#include "dwconv/params.h"
+#include "common/params.h"
 
 namespace flashdwc {
-
-// True when launch_bwd_filter_mma can run this problem: stride 1, no dilation,
-// KW <= 64, and the block's input planes and dy ring fit the device's shared memory.
-bool bwd_filter_mma_applies(const DwConvParams& p);
 
 // The fp32 partial sums into `workspace`: with slices == 0, merged by atomics into
 // one KH x KW x C slice that the caller has zeroed; else stored into `slices` slices
@@ -22,7 +18,7 @@ bool bwd_filter_mma_applies(const DwConvParams& p);
 // sums the slices into dw. The deterministic slice count is the split kernel's, so
 // that the workspace the lowering sizes (from shapes that do not say whether this
 // kernel applies) fits either kernel. T = __half or __nv_bfloat16; enqueues on
-// `stream`, never synchronizes. Call only when bwd_filter_mma_applies(p).
+// `stream`, never synchronizes. Call only when can_implement_bwd_filter_mma (plan/bwd_filter.h) holds.
 template <typename T>
 cudaError_t launch_bwd_filter_mma(const DwConvParams& p, const T* x, const T* dy, float* workspace,
                                   int64_t slices, cudaStream_t stream);

@@ -32,7 +32,7 @@
 #include "common/cp_async.cuh"
 #include "common/cuda_types.cuh"
 #include "common/static_for.cuh"
-#include "dwconv/params.h"
+#include "common/params.h"
 
 namespace flashdwc {
 
@@ -50,7 +50,6 @@ struct BwdFilterRowStreamTraits {
 };
 
 inline constexpr int kBwdFilterRowStreamMaxKernelH = 16;  // one worker per filter row at least
-inline constexpr int kBwdFilterRowStreamNarrowStrip = 32;  // strips are 32 or 64 output columns
 
 // Problem-derived values computed once on the host.
 struct BwdFilterRowStreamGrid {

@@ -29,7 +29,7 @@
 
 #include "common/cuda_types.cuh"
 #include "common/static_for.cuh"
-#include "dwconv/params.h"
+#include "common/params.h"
 
 namespace flashdwc {
 
@@ -58,10 +58,6 @@ __device__ __forceinline__ void load_channels_masked(const T* p, int valid, floa
     load16_masked<T, kVec>(p, valid, v);
   }
 }
-
-// Filter rows per thread that width 1 (fp32) runs at each TM where several rows are
-// taken (bwd_filter_tiling, which also decides when): 3 at TM 9, 2 at TM 13.
-constexpr int bwd_filter_width1_rows(int tm) { return tm == 9 ? 3 : tm == 13 ? 2 : 1; }
 
 // Problem-derived values computed once on the host.
 struct BwdFilterGrid {

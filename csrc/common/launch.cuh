@@ -1,4 +1,4 @@
-// Helpers shared by the CUDA launchers (dwconv_cuda.cu, fwd_mma.cu, bwd_filter_cuda*.cu).
+// Helpers shared by the CUDA launchers of the three passes.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+
+#include "plan/device_limits.h"
 
 namespace flashdwc {
 
@@ -41,16 +43,7 @@ inline int max_smem_per_block() {
   return max_smem;
 }
 
-// What a launcher sizes its grid by, for the current device; zeros where the
-// attributes cannot be read.
-struct DeviceLimits {
-  int64_t sms = 0;
-  int64_t smem_per_block = 0;  // opt-in limit
-  int64_t smem_per_sm = 0;
-  int64_t smem_reserved_per_block = 0;  // what the runtime keeps per resident block
-  int64_t l2_bytes = 0;
-};
-
+// The current device's limits (plan/device_limits.h).
 inline DeviceLimits device_limits() {
   int device = 0, sms = 0, per_block = 0, per_sm = 0, reserved = 0, l2 = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||

@@ -11,7 +11,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "dwconv/epilogue.h"
+#include "common/epilogue.h"
 
 namespace flashdwc {
 

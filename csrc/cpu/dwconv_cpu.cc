@@ -1,4 +1,4 @@
-#include "dwconv/dwconv_cpu.h"
+#include "cpu/dwconv_cpu.h"
 
 #include <algorithm>
 #include <vector>

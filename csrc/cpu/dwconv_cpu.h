@@ -2,8 +2,8 @@
 // multi-threaded over output rows. T is float, HostHalf or HostBFloat16.
 #pragma once
 
-#include "dwconv/epilogue.h"
-#include "dwconv/params.h"
+#include "common/epilogue.h"
+#include "common/params.h"
 
 namespace flashdwc {
 

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "dwconv/epilogue.h"
-#include "dwconv/params.h"
+#include "common/epilogue.h"
+#include "common/params.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace flashdwc {

@@ -2,7 +2,7 @@
 #include <cstring>
 
 #include "common/host_half.h"
-#include "dwconv/dwconv_cpu.h"
+#include "cpu/dwconv_cpu.h"
 #include "ffi/dwconv_attrs.h"
 #include "ffi/dwconv_ffi.h"
 

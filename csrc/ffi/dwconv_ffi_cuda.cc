@@ -7,7 +7,9 @@
 
 #include <string>
 
-#include "dwconv/dwconv_cuda.h"
+#include "fwd/launch.h"
+#include "bwd_data/launch.h"
+#include "bwd_filter/launch.h"
 #include "ffi/dwconv_attrs.h"
 #include "ffi/dwconv_ffi.h"
 

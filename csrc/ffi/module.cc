@@ -1,17 +1,26 @@
 // The native module `_jax_flashdwc`: hands the FFI handlers to Python as capsules,
 // grouped by platform, with the XLA FFI API version they were compiled against, and
-// exposes the output-poisoning switch used by the tests.
+// exposes the output-poisoning switch used by the tests and the kernel plans.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+
+#include <cstdint>
+#include <string>
 
 #include <type_traits>
 
 #include "ffi/dwconv_attrs.h"
 #ifdef FLASHDWC_WITH_CUDA
-#include "dwconv/dwconv_cuda.h"
+#include "bwd_filter/launch.h"
+#include "common/launch.cuh"
 #endif
 #include "ffi/dwconv_ffi.h"
 #include "ffi/conv1d_ffi.h"
+#include "plan/bwd_data.h"
+#include "plan/bwd_filter.h"
+#include "plan/fwd.h"
+#include "plan/thresholds.h"
 
 namespace nb = nanobind;
 
@@ -22,6 +31,45 @@ nb::capsule encapsulate_ffi_handler(T* fn) {
   static_assert(std::is_invocable_r_v<XLA_FFI_Error*, T, XLA_FFI_CallFrame*>,
                 "Encapsulated function must be an XLA FFI handler");
   return nb::capsule(reinterpret_cast<void*>(fn));
+}
+
+// DwConvParams from a dict of its fields; fields left out are 0, except the strides
+// and dilations (1) and, where only one of a pair is given, in_h/out_h and in_w/out_w
+// (the same), batch (1).
+flashdwc::DwConvParams params_from(const nb::dict& d) {
+  auto get = [&](const char* key, int64_t fallback) {
+    return d.contains(key) ? nb::cast<int64_t>(d[key]) : fallback;
+  };
+  flashdwc::DwConvParams p{};
+  p.batch = get("batch", 1);
+  p.channels = get("channels", 0);
+  p.kernel_h = get("kernel_h", 1);
+  p.kernel_w = get("kernel_w", 1);
+  p.stride_h = get("stride_h", 1);
+  p.stride_w = get("stride_w", 1);
+  p.dilation_h = get("dilation_h", 1);
+  p.dilation_w = get("dilation_w", 1);
+  p.pad_top = get("pad_top", 0);
+  p.pad_left = get("pad_left", 0);
+  p.out_h = get("out_h", get("in_h", 0));
+  p.in_h = get("in_h", p.out_h);
+  p.out_w = get("out_w", get("in_w", 0));
+  p.in_w = get("in_w", p.out_w);
+  p.flip_filter = d.contains("flip_filter") && nb::cast<bool>(d["flip_filter"]);
+  return p;
+}
+
+flashdwc::DeviceLimits limits_from(const nb::object& device) {
+  if (device.is_none()) {
+#ifdef FLASHDWC_WITH_CUDA
+    return flashdwc::device_limits();
+#else
+    return {};
+#endif
+  }
+  const nb::dict d = nb::cast<nb::dict>(device);
+  auto get = [&](const char* key) { return d.contains(key) ? nb::cast<int64_t>(d[key]) : int64_t(0); };
+  return {get("sms"), get("smem_per_block"), get("smem_per_sm"), get("smem_reserved_per_block"), get("l2_bytes")};
 }
 
 }  // namespace
@@ -55,70 +103,53 @@ NB_MODULE(_jax_flashdwc, m) {
   m.def("set_poison_outputs", [](bool on) { flashdwc::poison_outputs_flag().store(on); },
         nb::arg("on"),
         "Fill every output with NaN before its kernel runs (a testing aid).");
+  // The kernel plans (plan/): host code, so callable on a CPU-only build. `device`:
+  // the limits to plan for (sms, smem_per_block, smem_per_sm, smem_reserved_per_block,
+  // l2_bytes); absent, the current GPU's where the build has CUDA, else none (the
+  // kernels that need shared memory are then never planned).
+  m.def(
+      "plan_fwd",
+      [](nb::dict problem, bool half_precision, nb::object device) {
+        return flashdwc::fwd_kernel_name(flashdwc::plan_fwd(params_from(problem), half_precision, limits_from(device)));
+      },
+      nb::arg("problem"), nb::arg("half_precision") = false, nb::arg("device") = nb::none(),
+      "The forward kernel for a problem (a dict of DwConvParams fields).");
+  m.def(
+      "plan_bwd_data",
+      [](nb::dict problem, bool half_precision, nb::object device) {
+        const flashdwc::BwdDataPlan plan =
+            flashdwc::plan_bwd_data(params_from(problem), half_precision, limits_from(device));
+        return plan.kernel == flashdwc::BwdDataKernel::kGather
+                   ? std::string("gather")
+                   : std::string("forward:") + flashdwc::fwd_kernel_name(plan.forward);
+      },
+      nb::arg("problem"), nb::arg("half_precision") = false, nb::arg("device") = nb::none(),
+      "The input gradient's kernel: 'gather', or 'forward:KERNEL' on the rotated filter.");
+  m.def(
+      "plan_bwd_filter",
+      [](nb::dict problem, bool half_precision, bool deterministic, nb::object device) {
+        return flashdwc::bwd_filter_kernel_name(
+            flashdwc::plan_bwd_filter(params_from(problem), half_precision, deterministic, limits_from(device)));
+      },
+      nb::arg("problem"), nb::arg("half_precision") = false, nb::arg("deterministic") = false,
+      nb::arg("device") = nb::none(), "The filter gradient's kernel for a problem.");
+  m.def(
+      "plan_bwd_filter_tiling",
+      [](nb::dict problem, bool half_precision) {
+        const flashdwc::BwdFilterTiling t = flashdwc::bwd_filter_tiling(params_from(problem), half_precision);
+        return std::make_tuple(t.width, t.tm, t.rows);
+      },
+      nb::arg("problem"), nb::arg("half_precision") = false,
+      "(channels per thread, taps per thread, filter rows per thread) of the filter-gradient split kernel.");
+  m.def(
+      "plan_thresholds",
+      []() {
+        nb::dict out;
+        flashdwc::for_each_threshold([&](const char* name, int64_t value) { out[name] = value; });
+        return out;
+      },
+      "The kernel-choice thresholds of plan/thresholds.h.");
 #ifdef FLASHDWC_WITH_CUDA
-  // Which CUDA forward kernel the dispatcher picks for a problem: lets the tests
-  // check that each kernel is exercised, without a GPU.
-  m.def(
-      "cuda_forward_kernel",
-      [](int64_t channels, int64_t out_w, int64_t kernel_w, int64_t stride_w, int64_t dilation_w,
-         bool half_precision, int64_t kernel_h, int64_t stride_h, int64_t dilation_h) {
-        flashdwc::DwConvParams p{};
-        p.batch = 1;
-        p.kernel_h = kernel_h;
-        p.stride_h = stride_h;
-        p.dilation_h = dilation_h;
-        p.channels = channels;
-        p.out_w = out_w;
-        p.in_w = out_w;
-        p.kernel_w = kernel_w;
-        p.stride_w = stride_w;
-        p.dilation_w = dilation_w;
-        p.out_h = p.in_h = 64;
-        switch (flashdwc::select_fwd_kernel(p, half_precision)) {
-          case flashdwc::FwdKernel::kRegFilter: return "regfilter";
-          case flashdwc::FwdKernel::kMma: return "mma";
-          case flashdwc::FwdKernel::kRowStream: return "rowstream";
-          case flashdwc::FwdKernel::kGemv: return "gemv";
-          case flashdwc::FwdKernel::kDirect: return "direct";
-        }
-        return "direct";
-      },
-      nb::arg("channels"), nb::arg("out_w"), nb::arg("kernel_w"), nb::arg("stride_w"), nb::arg("dilation_w"),
-      nb::arg("half_precision") = false, nb::arg("kernel_h") = 1, nb::arg("stride_h") = 1,
-      nb::arg("dilation_h") = 1);
-  // Which CUDA filter-gradient kernel a problem gets ("mma", "rowstream", "split" or
-  // "direct"), so the dispatch tests can check each is exercised. "mma" needs the
-  // device's shared-memory limit, so without a GPU it is never chosen.
-  m.def(
-      "cuda_bwd_filter_kernel",
-      [](int64_t channels, int64_t in_h, int64_t in_w, int64_t out_w, int64_t kernel_h, int64_t kernel_w,
-         int64_t stride_h, int64_t stride_w, int64_t dilation_h, int64_t dilation_w, bool half_precision,
-         bool deterministic) {
-        flashdwc::DwConvParams p{};
-        p.batch = 1;
-        p.channels = channels;
-        p.in_h = in_h;
-        p.in_w = in_w;
-        p.out_h = in_h;
-        p.out_w = out_w;
-        p.kernel_h = kernel_h;
-        p.kernel_w = kernel_w;
-        p.stride_h = stride_h;
-        p.stride_w = stride_w;
-        p.dilation_h = dilation_h;
-        p.dilation_w = dilation_w;
-        switch (flashdwc::select_bwd_filter_kernel(p, half_precision, deterministic)) {
-          case flashdwc::BwdFilterKernel::kMma: return "mma";
-          case flashdwc::BwdFilterKernel::kRowStream: return "rowstream";
-          case flashdwc::BwdFilterKernel::kSplit: return "split";
-          case flashdwc::BwdFilterKernel::kGemv: return "gemv";
-          case flashdwc::BwdFilterKernel::kDirect: return "direct";
-        }
-        return "direct";
-      },
-      nb::arg("channels"), nb::arg("in_h"), nb::arg("in_w"), nb::arg("out_w"), nb::arg("kernel_h"),
-      nb::arg("kernel_w"), nb::arg("stride_h"), nb::arg("stride_w"), nb::arg("dilation_h"), nb::arg("dilation_w"),
-      nb::arg("half_precision"), nb::arg("deterministic") = false);
   // Bytes of the fp32 workspace the CUDA filter gradient needs; the lowering adds
   // a result of that size to the custom call, so XLA owns the memory (also inside
   // command buffers).
@@ -143,19 +174,5 @@ NB_MODULE(_jax_flashdwc, m) {
       nb::arg("batch"), nb::arg("out_h"), nb::arg("channels"), nb::arg("kernel_h"), nb::arg("kernel_w"),
       nb::arg("stride_h"), nb::arg("stride_w"), nb::arg("dilation_h"), nb::arg("dilation_w"),
       nb::arg("deterministic"), nb::arg("half_precision"));
-  // (channels per thread, taps per thread, filter rows per thread) of the
-  // filter-gradient split kernel at stride 1, for the dispatch tests; kernel_h 0 means
-  // a square filter.
-  m.def(
-      "cuda_bwd_filter_tiling",
-      [](int64_t kernel_w, bool half_precision, int64_t kernel_h) {
-        flashdwc::DwConvParams p{};
-        p.kernel_w = kernel_w;
-        p.kernel_h = kernel_h > 0 ? kernel_h : kernel_w;
-        p.stride_h = p.stride_w = p.dilation_h = p.dilation_w = 1;
-        const flashdwc::BwdFilterTiling t = flashdwc::bwd_filter_tiling(p, half_precision);
-        return std::make_tuple(t.width, t.tm, t.rows);
-      },
-      nb::arg("kernel_w"), nb::arg("half_precision"), nb::arg("kernel_h") = 0);
 #endif
 }

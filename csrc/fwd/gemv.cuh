@@ -16,8 +16,8 @@
 
 #include "common/cp_async.cuh"
 #include "common/cuda_types.cuh"
-#include "dwconv/epilogue.h"
-#include "dwconv/params.h"
+#include "common/epilogue.h"
+#include "common/params.h"
 
 namespace flashdwc {
 
@@ -120,7 +120,7 @@ __device__ __forceinline__ void gemv_row(float (&acc)[kTM][Vec16<T>::kWidth], co
   // the index form (v2), 302 with the walk. Checked vector loads walk too, with one
   // unsigned compare of a running column index, where the index form took 431 per
   // 256 FFMA; the pointer is only dereferenced inside the image.
-  // With kUnguardedInside the running column is 32-bit (bwd_filter_gemv_applies
+  // With kUnguardedInside the running column is 32-bit (can_implement_bwd_filter_gemv
   // keeps every column a row walks, padding included, below 2^31). The forward keeps
   // the 64-bit one: the 32-bit column alone made its fp32 128^4 forward 2-5% slower
   // at k = 9-51 (different register allocation, more spills), the filter gradient

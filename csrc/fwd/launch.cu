@@ -1,16 +1,20 @@
-// Launchers for the CUDA forward and backward-data kernels: kernel choice, grid
-// computation, launch. The filter gradient's are in bwd_filter_cuda.cu.
+// The forward pass on the GPU: the row-stream, GEMV and direct kernels' grids and
+// template instances, and run_dwconv_fwd, which runs the kernel plan_fwd picks (the
+// register-filter and tensor-core ones through fwd/regfilter.cu and fwd/mma.cu).
+#include "fwd/launch.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
-#include "dwconv/direct_kernels.cuh"
-#include "dwconv/dwconv_cuda.h"
-#include "dwconv/fwd_gemv.cuh"
-#include "dwconv/fwd_mma.h"
-#include "dwconv/fwd_regfilter.h"
-#include "dwconv/fwd_rowstream.cuh"
-#include "dwconv/launch_helpers.cuh"
+#include "common/direct_conv.cuh"
+#include "common/launch.cuh"
+#include "fwd/direct.cuh"
+#include "fwd/gemv.cuh"
+#include "fwd/mma.h"
+#include "fwd/regfilter.h"
+#include "fwd/rowstream.cuh"
+#include "plan/fwd.h"
 
 namespace flashdwc {
 namespace {
@@ -27,27 +31,9 @@ struct GemvConfig {
   static constexpr int kTM = (kStride == 1 ? 8 : 4) * 4 / GemvFwdTraits<T>::kChannelsPerThread;
   static constexpr int kMinBlocksPerSM = 4;
 };
-// Widest filter row the GEMV kernel keeps in shared memory: 2 rows x 512 taps x
-// 128 bytes of channels = 128 KiB, within the 227 KiB an sm_90 block may use.
-constexpr int64_t kGemvMaxKernelW = 512;
 // Filter bytes per pipeline stage: whole filters up to 11x11 (fp32) in one stage,
 // four 31-wide rows per stage, while two stages stay small next to L1.
 constexpr int64_t kGemvStageBytes = 16 * 1024;
-
-// The direct kernels' grid: x over an image row's (column, channel group) slots, y
-// over the N * rows image rows (a grid-stride loop past 65535). False where a row has
-// more slots than the kernels' 32-bit column index holds.
-inline bool direct_grid_2d(int64_t rows, int64_t slots, dim3& grid) {
-  if (slots > INT32_MAX - 65535LL * kDirectThreadsPerBlock) return false;
-  grid = dim3(unsigned(std::clamp<int64_t>((slots + kDirectThreadsPerBlock - 1) / kDirectThreadsPerBlock, 1, 65535)),
-              unsigned(std::clamp<int64_t>(rows, 1, 65535)));
-  return true;
-}
-
-template <typename T>
-bool direct_vectorized(const DwConvParams& p, const void* a, const void* b, const void* c) {
-  return p.channels % Vec16<T>::kWidth == 0 && aligned(a, 16) && aligned(b, 16) && aligned(c, 16);
-}
 
 template <typename T>
 cudaError_t launch_fwd_direct(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
@@ -61,25 +47,6 @@ cudaError_t launch_fwd_direct(const DwConvParams& p, const T* x, const T* w, T* 
         <<<grid, kDirectThreadsPerBlock, 0, stream>>>(x, w, y, p, epilogue, prologue);
   } else {
     dwconv_fwd_direct_kernel<T, 1><<<grid, kDirectThreadsPerBlock, 0, stream>>>(x, w, y, p, epilogue, prologue);
-  }
-  return cudaGetLastError();
-}
-
-int64_t gcd64(int64_t a, int64_t b) { return b == 0 ? a : gcd64(b, a % b); }
-
-template <typename T>
-cudaError_t launch_bwd_data_direct(const DwConvParams& p, const T* dy, const T* w, T* dx, cudaStream_t stream) {
-  const bool vec = direct_vectorized<T>(p, dy, w, dx);
-  const int64_t width = vec ? Vec16<T>::kWidth : 1;
-  dim3 grid;
-  if (!direct_grid_2d(p.batch * p.in_h, p.in_w * (p.channels / width), grid)) return cudaErrorInvalidValue;
-  const int step_h = int(p.stride_h / gcd64(p.stride_h, p.dilation_h));
-  const int step_w = int(p.stride_w / gcd64(p.stride_w, p.dilation_w));
-  if (vec) {
-    dwconv_bwd_data_direct_kernel<T, Vec16<T>::kWidth>
-        <<<grid, kDirectThreadsPerBlock, 0, stream>>>(dy, w, dx, p, step_h, step_w);
-  } else {
-    dwconv_bwd_data_direct_kernel<T, 1><<<grid, kDirectThreadsPerBlock, 0, stream>>>(dy, w, dx, p, step_h, step_w);
   }
   return cudaGetLastError();
 }
@@ -138,8 +105,6 @@ constexpr int64_t kRowStreamTargetBlocks = 2048;
 constexpr int64_t kRowStreamTargetBlocksShallow = 4096;
 constexpr int64_t kRowStreamShallowKernelH = 3;
 constexpr int64_t kRowStreamMinRows = 16;
-constexpr int64_t kRowStreamMaxKernelH = 9;
-constexpr int64_t kRowStreamNarrowWidth = 32;
 
 template <typename T, int kTM, int kKW, bool kPrologue, int kImages>
 cudaError_t launch_fwd_rowstream(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
@@ -179,7 +144,7 @@ cudaError_t launch_fwd_rowstream_width(const DwConvParams& p, const T* x, const 
 template <typename T>
 cudaError_t launch_fwd_rowstream_any(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
                                      const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
-  const bool narrow = p.out_w <= kRowStreamNarrowWidth;
+  const bool narrow = p.out_w <= kFwdRowStreamNarrowWidth;
   if constexpr (!std::is_same_v<T, float>) {
     // Two images a strip only where two blocks still fit on an SM: their rings are
     // twice as wide as the one-image kTM = 2 ones (k = 7: 100 KB a block at KH = 7,
@@ -199,101 +164,26 @@ cudaError_t launch_fwd_rowstream_any(const DwConvParams& p, const T* x, const T*
                 : launch_fwd_rowstream_width<T, 4, false>(p, x, w, y, stream, epilogue, prologue);
 }
 
-// Whether the row-stream kernel takes the problem, from its geometry alone (the
-// launch also needs 16-byte aligned buffers).
-bool rowstream_supports(const DwConvParams& p, bool half_precision) {
-  const int64_t width = half_precision ? 8 : 4;
-  // One grid dimension holds every block: at most out_h rows an image and strip.
-  const int64_t channel_blocks = (p.channels + 8 * width - 1) / (8 * width);
-  const int64_t most_blocks = p.batch * p.out_h * ((p.out_w + kRowStreamNarrowWidth - 1) / kRowStreamNarrowWidth);
-  return p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1 &&
-         (p.kernel_w == 3 || p.kernel_w == 5 || p.kernel_w == 7) && p.kernel_h <= kRowStreamMaxKernelH &&
-         p.channels % width == 0 && most_blocks <= INT32_MAX / std::max<int64_t>(channel_blocks, 1) &&
-         p.in_w * p.channels <= INT32_MAX;  // the kernel's copy offsets within a row
-}
+// The sizes the plan's checks read (plan/fwd.h).
+static_assert(GemvConfig<__half, 1>::kTM == kFwdGemvHalfTmStride1 && GemvConfig<__half, 2>::kTM == kFwdGemvHalfTmStride2);
+static_assert(GemvFwdTraits<float>::kBlockChannels == kFwdGemvF32BlockChannels &&
+              GemvFwdTraits<float>::kSegments == kFwdGemvSegments &&
+              GemvFwdTraits<float>::kRowsPerWarp == kFwdGemvRowsPerWarp);
+static_assert(RowStreamTraits<__half, 4>::kBlockChannels == kFwdRowStreamHalfBlockChannels);
 
 }  // namespace
-
-// Narrowest filter the tensor-core kernel takes everywhere; from it, every fp16/bf16
-// problem the kernel supports goes there. Kernel-level A/B on the H200 (twenty-fifth
-// session, docs/design-notes.md), bf16, tensor cores against the CUDA-core kernels: KW = 7
-// took 0.59-0.69 of the time (0.634 against 1.061 ms on 128^4, 0.338 against 0.551 on
-// 128x64x64x256, 0.079 against 0.135 on ConvNeXt's 128x28x28x192), and KW = 3
-// 1.75-1.91x, so KW = 3 and 4 stay on CUDA cores. KW = 6 has no row-stream kernel; on
-// tensor cores it takes 0.34-0.55 of the tiled GEMV kernel's time (twenty-eighth
-// session).
-constexpr int64_t kMmaMinKernelW = 6;
-// KW = 5 goes to tensor cores only where the row-stream kernel is the slower one
-// (twenty-eighth session, kernel A/B, tensor cores over row-stream): outputs wider
-// than 64 columns (one image a strip; 128^4: 0.90 in bf16, 0.98 in fp16), or C not a
-// multiple of the row-stream kernel's 64-channel blocks (128x56x56x96: 0.71). On the
-// 64- and 32-wide paper maps, with 2 and 4 images a strip and C = 256 and 1024, tensor
-// cores took 1.03-1.16 of the time (on a build where they were themselves 0-5% slower).
-constexpr int64_t kMmaConditionalKernelW = 5;
-// Widest output the tensor-core kernel packs two images a strip into (fwd_mma.cuh).
-constexpr int64_t kMmaTwoImageMaxWidth = 64;
-
-// Square 3x3 and 5x5 fp16/bf16 filters with whole 64-channel blocks go to the
-// register-filter kernel at every width, where it was timed faster than the kernels
-// that take those problems otherwise (kernel A/B through this dispatcher on the H200,
-// thirty-third session, docs/design-notes.md 33-1 to 33-3). Against the row-stream
-// kernel, 5x5: 0.830 and 0.871 of the time in bf16 on the 64- and 32-wide paper maps
-// (C = 256, 1024), 0.846 and 0.919 in fp16, 0.793 on 128x56x56x128; 3x3: 0.95-0.99 on
-// the three paper maps in both dtypes, 0.833 on 128x56x56x128; under 32 columns, where
-// the row-stream kernel has few blocks, 0.38-0.87 (ConvNeXt's 28-, 14- and 7-wide maps
-// at C = 192-768, 128x16x16x512, 128x24x24x256). Against the tensor-core kernel over
-// 64 columns, 5x5: 0.946 (bf16) and 0.881 (fp16) on 128^4, 0.909 on 128x112x112x128.
-// C = 96 is not whole blocks (an earlier build took 1.31 of the time there).
-
-namespace {
-bool regfilter_takes(const DwConvParams& p, bool half_precision) {
-  return half_precision && fwd_regfilter_supports(p);
-}
-
-bool mma_takes_kernel_width(const DwConvParams& p) {
-  if (p.kernel_w >= kMmaMinKernelW) return true;
-  constexpr int64_t kRowStreamChannels = RowStreamTraits<__half, 4>::kBlockChannels;
-  return p.kernel_w == kMmaConditionalKernelW &&
-         (p.out_w > kMmaTwoImageMaxWidth || p.channels % kRowStreamChannels != 0);
-}
-
-// The kernel a problem gets where the register-filter kernel cannot run it: also the
-// fallback for the problems it takes when the call has a prologue or buffers it
-// cannot move.
-FwdKernel select_fwd_kernel_besides_regfilter(const DwConvParams& p, bool half_precision) {
-  if (half_precision && mma_takes_kernel_width(p) && fwd_mma_supports(p)) {
-    return FwdKernel::kMma;
-  }
-  if (rowstream_supports(p, half_precision)) return FwdKernel::kRowStream;
-  // Grid limits of the GEMV kernel, checked for the most blocks either storage type
-  // launches: fp32's 32-channel blocks along y, the half types' smaller TM along x.
-  using Tr = GemvFwdTraits<float>;
-  const int64_t tm = p.stride_w == 1 ? GemvConfig<__half, 1>::kTM : GemvConfig<__half, 2>::kTM;
-  const int64_t segments = (p.batch * p.out_h + Tr::kRowsPerWarp - 1) / Tr::kRowsPerWarp * Tr::kRowsPerWarp *
-                           ((p.out_w + tm - 1) / tm);
-  const bool gemv = (p.stride_w == 1 || p.stride_w == 2) && p.dilation_w == 1 &&
-                    p.kernel_w <= kGemvMaxKernelW &&
-                    (p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels <= 65535 &&
-                    (segments + Tr::kSegments - 1) / Tr::kSegments <= INT32_MAX;
-  return gemv ? FwdKernel::kGemv : FwdKernel::kDirect;
-}
-}  // namespace
-
-FwdKernel select_fwd_kernel(const DwConvParams& p, bool half_precision) {
-  return regfilter_takes(p, half_precision) ? FwdKernel::kRegFilter
-                                            : select_fwd_kernel_besides_regfilter(p, half_precision);
-}
 
 template <typename T>
 cudaError_t run_dwconv_fwd(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
                            const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
-  FwdKernel kernel = select_fwd_kernel(p, !std::is_same_v<T, float>);
+  const DeviceLimits device = device_limits();
+  FwdKernel kernel = plan_fwd(p, !std::is_same_v<T, float>, device);
   if constexpr (!std::is_same_v<T, float>) {
     if (kernel == FwdKernel::kRegFilter) {
       if (!prologue.active() && fwd_regfilter_aligned(x, w, y, epilogue.bias)) {
         return launch_fwd_regfilter(p, x, w, y, stream, epilogue);
       }
-      kernel = select_fwd_kernel_besides_regfilter(p, true);
+      kernel = plan_fwd_without_regfilter(p, true, device);
     }
     if (kernel == FwdKernel::kMma) return launch_fwd_mma(p, x, w, y, stream, epilogue, prologue);
   }
@@ -307,20 +197,9 @@ cudaError_t run_dwconv_fwd(const DwConvParams& p, const T* x, const T* w, T* y, 
                          : launch_fwd_gemv_stride<T, 2>(p, x, w, y, stream, epilogue, prologue);
 }
 
-template <typename T>
-cudaError_t run_dwconv_bwd_data(const DwConvParams& p, const T* dy, const T* w, T* dx,
-                                cudaStream_t stream) {
-  if (p.stride_h == 1 && p.stride_w == 1) {
-    return run_dwconv_fwd(stride1_bwd_data_as_fwd(p), dy, w, dx, stream);
-  }
-  return launch_bwd_data_direct(p, dy, w, dx, stream);
-}
-
 #define FLASHDWC_INSTANTIATE_CUDA(T)                                                               \
-  template cudaError_t run_dwconv_fwd<T>(const DwConvParams&, const T*, const T*, T*, cudaStream_t,   \
-                                         const FwdEpilogue&, const FwdPrologue&);                     \
-  template cudaError_t run_dwconv_bwd_data<T>(const DwConvParams&, const T*, const T*, T*,            \
-                                              cudaStream_t);
+  template cudaError_t run_dwconv_fwd<T>(const DwConvParams&, const T*, const T*, T*, cudaStream_t, \
+                                         const FwdEpilogue&, const FwdPrologue&);
 
 FLASHDWC_INSTANTIATE_CUDA(float)
 FLASHDWC_INSTANTIATE_CUDA(__half)

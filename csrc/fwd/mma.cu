@@ -1,36 +1,17 @@
 // Launcher of the tensor-core forward kernel (fwd_mma.cuh).
-#include "dwconv/fwd_mma.h"
+#include "fwd/mma.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <optional>
 
-#include "dwconv/fwd_mma.cuh"
-#include "dwconv/fwd_mma_stream.cuh"
-#include "dwconv/launch_helpers.cuh"
+#include "fwd/mma.cuh"
+#include "fwd/mma_layout.h"
+#include "fwd/mma_stream.cuh"
+#include "common/launch.cuh"
 
 namespace flashdwc {
 namespace {
-
-// Widest filter the kernel takes: F = 17 fragments, 200 KiB of shared memory
-// per block at KH >= 8 (fits sm_90's 227 KiB; fwd_mma_supports checks the
-// current device's limit, which is lower on sm_80/sm_89).
-constexpr int64_t kMmaMaxKernelW = 135;
-// Taller filters only add chunks; the bound keeps int arithmetic on KH safe.
-constexpr int64_t kMmaMaxKernelH = 1 << 20;
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// The x tile as channel planes of x_plane elements each: the two octets' offset and
-// the tile's bytes (fwd_mma.cuh, the x tile). Planes of whole 16-byte rows
-// (ldmatrix); the octets' gap puts channel octets 0 and 1 of a staging store or an
-// output read on disjoint halves of the 32 banks.
-void set_x_planes(MmaFwdGrid& g, int x_plane) {
-  using Tr = MmaFwdTraits;
-  g.x_plane = x_plane;
-  g.octet_w = 8 * (x_plane / 2) + Tr::kOctetGapWords;
-  g.x_bytes = Tr::kOctets * g.octet_w * 4;
-}
 
 // Filter rows a stage holds where a block of 8-row stages would be alone on its SM.
 constexpr int kShortChunk = 4;
@@ -39,59 +20,6 @@ constexpr int kShortChunk = 4;
 // its first tile stages KH + 7 rows with nothing in flight, the others 8 rows
 // each behind a look-ahead.
 constexpr int kMaxStreamTilesPerBlock = 16;
-
-// The tiles per block of g and the grid sizes that follow from them (g's split,
-// tiles_h and tiles_w set).
-void set_tiles_per_block(const DwConvParams& p, int tiles_per_block, MmaFwdGrid& g) {
-  g.tiles_per_block = tiles_per_block;
-  g.tile_blocks_h = uint32_t(ceil_div(g.tiles_h, tiles_per_block));
-  g.spatial_blocks = uint32_t(ceil_div(p.batch, g.split) * g.tile_blocks_h * g.tiles_w);
-}
-
-// split: images side by side in a strip (fwd_mma.cuh, "Narrow maps"): 1, 2 or 4.
-// tiles_per_block: output tiles a block computes down the image; above 1 only for
-// KH <= kMaxMultiTileKernelH (13), where the ring holds all KH + 7 rows of a tile and
-// the stage all KH filter rows (fwd_mma.cuh, the output tile's slots).
-// filter_copies: 2, or 1 where the second copy alone keeps a second block off the
-// SM (choose_mma_fwd_grid).
-// chunk: filter rows a stage holds with one tile per block: kChunk (8), kShortChunk
-// (4) where a block would otherwise be alone on its SM (choose_mma_fwd_grid), or
-// kTallChunk (9) where that takes fewer stages (with_nine_row_chunks); the x ring
-// holds chunk + 7 rows.
-MmaFwdGrid make_mma_fwd_grid(const DwConvParams& p, int split, int tiles_per_block, int filter_copies = 2,
-                             int chunk = MmaFwdTraits::kChunk) {
-  using Tr = MmaFwdTraits;
-  MmaFwdGrid g;
-  g.frags = int(std::max<int64_t>(1, ceil_div(p.kernel_w - 1, Tr::kPitch)));
-  // An image's A reads columns up to 8(F - 1) + 128 / split + 7 of its sub-row; the
-  // sub-row is a multiple of 8 columns (16 bytes), so every ldmatrix row is aligned.
-  g.split = split;
-  const int sub_cols = Tr::kPitch * g.frags + Tr::kStripW / split;
-  g.tile_cols = split * sub_cols;
-  g.sub_pairs = sub_cols / 2;
-  g.sub_shift = split == 1 ? 4 : split == 2 ? 3 : 2;
-  const bool whole_filter = tiles_per_block > 1;
-  g.tile_rows = int(whole_filter ? p.kernel_h + Tr::kRows - 1
-                                 : std::min<int64_t>(p.kernel_h + Tr::kRows - 1, chunk + Tr::kRows - 1));
-  set_x_planes(g, g.tile_rows * g.tile_cols);
-  // B reads taps 8f + d, d in [-7, 15]: up to element 8F + 14 after the 8 leading zeros.
-  g.filter_row = Tr::kPitch * g.frags + 16;
-  // Several tiles a block: the whole filter is one chunk (one staging pass and one
-  // barrier pair a tile).
-  g.filter_rows = int(whole_filter ? p.kernel_h : std::min<int64_t>(p.kernel_h, chunk));
-  // Filter stage: filter_rows x 16 channels x copies x filter_row elements (a multiple of 4 bytes).
-  g.filter_copies = filter_copies;
-  g.meta_offset = g.x_bytes + g.filter_rows * Tr::kBlockChannels * filter_copies * g.filter_row * 2;
-  // Truncation is harmless: fwd_mma_supports rejects sizes that do not fit.
-  g.tiles_w = uint32_t(ceil_div(p.out_w, Tr::kStripW));
-  g.tiles_h = uint32_t(ceil_div(p.out_h, Tr::kRows));
-  set_tiles_per_block(p, tiles_per_block, g);
-  g.raw_rows = 0;
-  g.raw_offset = 0;
-  return g;
-}
-
-size_t mma_fwd_smem_bytes(const MmaFwdGrid& g) { return size_t(g.meta_offset) + sizeof(mma_fwd::BlockState); }
 
 // The streaming kernel's layout (fwd_mma_stream.cuh): g's, with a look-ahead buffer
 // of raw_rows pixel-major tile rows (tile_cols x 32 bytes each) after the filter stage,
@@ -111,7 +39,7 @@ MmaFwdGrid with_look_ahead(MmaFwdGrid g, int raw_rows) {
 }
 
 int64_t grid_blocks(const DwConvParams& p, const MmaFwdGrid& g) {
-  return ceil_div(p.batch, g.split) * g.tile_blocks_h * g.tiles_w * ceil_div(p.channels, MmaFwdTraits::kBlockChannels);
+  return mma_fwd_ceil_div(p.batch, g.split) * g.tile_blocks_h * g.tiles_w * mma_fwd_ceil_div(p.channels, MmaFwdTraits::kBlockChannels);
 }
 
 // Blocks of `smem_bytes` each that one SM holds at once: two by the launch bounds,
@@ -127,7 +55,7 @@ int resident_blocks(const DeviceLimits& d, size_t smem_bytes) {
 // fragment, whatever its row count.
 MmaFwdGrid with_nine_row_chunks(const DwConvParams& p, const DeviceLimits& d, const MmaFwdGrid& g) {
   using Tr = MmaFwdTraits;
-  if (g.filter_rows != Tr::kChunk || ceil_div(p.kernel_h, Tr::kTallChunk) >= ceil_div(p.kernel_h, Tr::kChunk)) {
+  if (g.filter_rows != Tr::kChunk || mma_fwd_ceil_div(p.kernel_h, Tr::kTallChunk) >= mma_fwd_ceil_div(p.kernel_h, Tr::kChunk)) {
     return g;
   }
   const MmaFwdGrid nine = make_mma_fwd_grid(p, g.split, 1, g.filter_copies, Tr::kTallChunk);
@@ -219,7 +147,7 @@ MmaFwdGrid chunked_multi_tile_grid(const DwConvParams& p, const DeviceLimits& d,
 }
 
 // The most images per strip that the output width leaves room for and whose x
-// tile fits in shared memory (1 always fits where fwd_mma_supports holds); then,
+// tile fits in shared memory (1 always fits where can_implement_fwd_mma holds); then,
 // for filters at most kMaxMultiTileKernelH (13) tall, the most tiles per block that
 // leave at least kMinWaves waves of blocks, so that the last wave's idle SMs stay a
 // small part of the time: at KH <= 9 with 16-byte pixels (vec) and one image a strip
@@ -324,34 +252,14 @@ cudaError_t launch(const DwConvParams& p, const MmaFwdGrid& g, const T* x, const
   if (cudaError_t err = allow_dynamic_smem(kernel, size_t(smem)); err != cudaSuccess) return err;
   // Channel blocks in x, the fastest index (fwd_mma.cuh, MmaFwdGrid); the spatial
   // blocks fill y (at most 65535), then z, with fewer than z blocks past the last.
-  const int64_t planes_z = ceil_div(g.spatial_blocks, 65535);
-  const dim3 blocks(unsigned(ceil_div(p.channels, Tr::kBlockChannels)),
-                    unsigned(ceil_div(g.spatial_blocks, planes_z)), unsigned(planes_z));
+  const int64_t planes_z = mma_fwd_ceil_div(g.spatial_blocks, 65535);
+  const dim3 blocks(unsigned(mma_fwd_ceil_div(p.channels, Tr::kBlockChannels)),
+                    unsigned(mma_fwd_ceil_div(g.spatial_blocks, planes_z)), unsigned(planes_z));
   kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, w, y, p, g, epilogue, prologue);
   return cudaGetLastError();
 }
 
 }  // namespace
-
-bool fwd_mma_supports(const DwConvParams& p) {
-  using Tr = MmaFwdTraits;
-  if (p.stride_h != 1 || p.stride_w != 1 || p.dilation_h != 1 || p.dilation_w != 1) return false;
-  if (p.kernel_h < 1 || p.kernel_w < 1 || p.kernel_h > kMmaMaxKernelH || p.kernel_w > kMmaMaxKernelW) {
-    return false;
-  }
-  if (p.batch < 0 || p.in_h < 0 || p.in_w < 0 || p.out_h < 0 || p.out_w < 0 || p.channels < 0) return false;
-  if (empty_problem(p)) return true;
-  // Overflow-safe form of batch * tiles_h * tiles_w <= INT32_MAX (the spatial blocks,
-  // decoded in 32 bits by fwd_mma.cuh; more images a strip and more tiles a block only
-  // take fewer), and the channel blocks within the grid's x.
-  const int64_t tiles_w = ceil_div(p.out_w, Tr::kStripW), tiles_h = ceil_div(p.out_h, Tr::kRows);
-  if (tiles_w > INT32_MAX || tiles_h > INT32_MAX / tiles_w || p.batch > INT32_MAX / (tiles_h * tiles_w)) {
-    return false;
-  }
-  if (ceil_div(p.channels, Tr::kBlockChannels) > INT32_MAX) return false;
-  const MmaFwdGrid g = make_mma_fwd_grid(p, 1, 1);
-  return mma_fwd_smem_bytes(g) <= size_t(max_smem_per_block());
-}
 
 template <typename T>
 cudaError_t launch_fwd_mma(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,

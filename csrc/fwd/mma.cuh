@@ -94,79 +94,12 @@
 #include "common/mma_sync.cuh"
 #include "common/ring_slot.cuh"
 #include "common/static_for.cuh"
-#include "dwconv/epilogue.h"
-#include "dwconv/params.h"
+#include "common/epilogue.h"
+#include "common/params.h"
+#include "fwd/mma_layout.h"
 
 namespace flashdwc {
 
-struct MmaFwdTraits {
-  static constexpr int kWarps = 8;
-  static constexpr int kThreads = kWarps * 32;
-  static constexpr int kWarpChannels = 2;
-  static constexpr int kBlockChannels = kWarps * kWarpChannels;  // 16
-  static constexpr int kOctets = kBlockChannels / 8;              // 8-channel (16-byte) groups per pixel
-  static constexpr int kRows = 8;                                 // output rows per warp (ring length)
-  static constexpr int kChunk = 8;                                // filter rows per shared-memory stage
-  static constexpr int kRingRows = kChunk + kRows - 1;            // input rows one chunk reads
-  // Filter rows a stage holds for taller filters with one tile a block, where that
-  // takes fewer stages than 8 (fwd_mma.cu, with_nine_row_chunks), and the most steps
-  // one mma_chunk call takes: a longer chunk runs as calls of at most 9.
-  static constexpr int kTallChunk = 9;
-  // Several tiles a block: the ring holds all KH + 7 rows of a tile and the stage all
-  // KH filter rows (one chunk a tile), up to this height (k = 13 with one filter
-  // copy: 105 KB a block at F = 2 on 128-wide maps, two an SM).
-  static constexpr int kMaxMultiTileKernelH = 13;
-  static constexpr int kMaxTilesPerBlock = 4;
-  static constexpr int kStripW = 128;                             // output columns per block (16 x 8)
-  // Fragment f covers taps [8f, 8f + 8), the last one [8(F - 1), 8(F - 1) + 9):
-  // starts 8 taps apart put every A row on a 16-byte boundary (one ldmatrix.x4
-  // for the whole A fragment), and a 9-tap last fragment keeps F = ceil((KW - 1) / 8)
-  // equal to ceil(KW / 9), the 9-tap count, at KW <= 17, 19-25 and 28-33.
-  static constexpr int kPitch = 8;
-  static constexpr int kLastSpan = 9;
-  // Zeros before tap 0 in a filter row: B reads taps 8f + d for d in [-7, 15].
-  static constexpr int kFilterPad = 8;
-  // Words between the two channel octets' planes beyond 8 planes: a plane is a
-  // multiple of 16 bytes (ldmatrix rows), so without it the two octets of a staging
-  // store or an output read would fall on the same banks; 16 words is half of them.
-  static constexpr int kOctetGapWords = 16;
-  static_assert(kRows == kChunk, "one unrolled chunk of 8 is one turn of the A ring");
-  static_assert(kBlockChannels % 8 == 0, "staging moves 8 channels per item");
-};
-
-// Problem-derived values computed once on the host (see make_mma_fwd_grid).
-struct MmaFwdGrid {
-  int frags;        // F = max(1, ceil((KW - 1) / 8))
-  int tile_cols;    // x tile row length in elements (split x (8F + 128 / split), a multiple of 8)
-  int tile_rows;    // slots of the x ring: min(KH + 7, chunk + 7), or KH + 7 with tiles_per_block > 1
-  int x_plane;      // elements per channel of the x tile: tile_rows x tile_cols (+ 8 in the streaming kernel, with_look_ahead)
-  int octet_w;      // words from channel c's plane to channel c + 8's: 8 x_plane / 2 + kOctetGapWords
-  int filter_row;   // WP: elements per filter row copy (8F + 16)
-  int filter_rows;  // filter rows per stage (the chunk): min(KH, chunk), or KH with tiles_per_block > 1
-  int x_bytes;      // offset of the filter stage in shared memory
-  int meta_offset;  // offset of the block's BlockState in shared memory
-  // blockIdx.x = channel block; spatial block = blockIdx.z * gridDim.y + blockIdx.y =
-  // (n / split * tile_blocks_h + tile block) * tiles_w + tile column, below
-  // spatial_blocks (the grid's last row of y may run past it); the host keeps
-  // spatial_blocks <= INT32_MAX, so every part fits in 32 bits. Tile block b holds
-  // the output tiles b * tiles_per_block + j, j < tiles_per_block, those below
-  // tiles_h. Channel blocks vary fastest so that the C / 16 blocks of the same pixels
-  // run side by side: each reads one 32-byte sector of every pixel, and with the
-  // channel block slowest each pass over the image fetched one sector of every line.
-  uint32_t tiles_w;         // ceil(out_w / 128)
-  uint32_t tiles_h;         // ceil(out_h / 8)
-  uint32_t tile_blocks_h;   // ceil(tiles_h / tiles_per_block)
-  uint32_t spatial_blocks;  // ceil(N / split) * tile_blocks_h * tiles_w
-  int tiles_per_block;
-  int split;         // images side by side in a strip: 1, 2 (out_w <= 64) or 4 (<= 32)
-  int sub_pairs;     // 32-bit words per image in an x tile row: tile_cols / 2 / split
-  int sub_shift;     // log2 of the segments per image: 4, 3 or 2
-  int filter_copies;  // 2 (odd pairs from the shifted copy), or 1 (odd pairs by byte permute)
-  // Look-ahead of the streaming kernel (fwd_mma_stream.cuh): the next tile's 8 new
-  // input rows in flight as pixel-major copies during this tile's MMAs.
-  int raw_rows;     // rows the look-ahead buffer holds: kRows, or 0 for dwconv_fwd_mma_kernel
-  int raw_offset;   // its offset in shared memory
-};
 
 namespace mma_fwd {
 
@@ -281,6 +214,7 @@ struct BlockState {
   // Filter rows [filter_k0, filter_k0 + filter_rows) are in the stage.
   int filter_k0, filter_rows;
 };
+static_assert(sizeof(BlockState) == kMmaFwdBlockStateBytes, "mma_fwd_smem_bytes counts it");
 
 // Two floats as one 32-bit word of T, the first in the low half.
 template <typename T>

@@ -30,7 +30,7 @@
 #include <cstdint>
 
 #include "common/cp_async.cuh"
-#include "dwconv/fwd_mma.cuh"
+#include "fwd/mma.cuh"
 
 namespace flashdwc {
 namespace mma_fwd {

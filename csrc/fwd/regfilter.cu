@@ -1,11 +1,12 @@
-// Launcher of the register-filter forward kernel (fwd_regfilter.cuh): its grid and
+// Launcher of the register-filter forward kernel (fwd/regfilter.cuh): its grid and
 // its instantiations, 3x3 at 8 outputs a thread and 5x5 at 4.
 #include <algorithm>
 #include <cstdint>
 
-#include "dwconv/fwd_regfilter.cuh"
-#include "dwconv/fwd_regfilter.h"
-#include "dwconv/launch_helpers.cuh"
+#include "fwd/regfilter.cuh"
+#include "fwd/regfilter.h"
+#include "common/launch.cuh"
+#include "plan/fwd.h"
 
 namespace flashdwc {
 namespace {
@@ -32,12 +33,8 @@ struct RegFilterShape<5> {
 // Output rows a row block keeps at least: its K - 1 halo rows are read twice.
 constexpr int64_t kMinRowsPerBlock = 16;
 
-int outputs_per_thread(int64_t kernel) { return kernel == 3 ? RegFilterShape<3>::kTW : RegFilterShape<5>::kTW; }
-
-int64_t threads_per_row_block(const DwConvParams& p) {
-  const int tw = outputs_per_thread(p.kernel_w);
-  return p.batch * ((p.out_w + tw - 1) / tw) * (p.channels / 2);
-}
+static_assert(RegFilterShape<3>::kTW == 8 && RegFilterShape<5>::kTW == 4, "fwd_regfilter_outputs_per_thread");
+static_assert(RegFilterTraits::kThreads == kFwdRegFilterThreads);
 
 template <typename T, int kK>
 cudaError_t launch_with_filter_size(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
@@ -47,7 +44,7 @@ cudaError_t launch_with_filter_size(const DwConvParams& p, const T* x, const T* 
   RegFilterGrid g;
   g.pairs = p.channels / 2;
   g.strips = (p.out_w + Shape::kTW - 1) / Shape::kTW;
-  g.columns = threads_per_row_block(p);
+  g.columns = fwd_regfilter_threads_per_row_block(p);
   // One row block per column of threads unless that leaves under two waves of resident
   // threads, then more, of at least kMinRowsPerBlock rows.
   const int64_t resident = std::max<int64_t>(device_limits().sms, 1) * Shape::kMinBlocks * kThreads;
@@ -68,13 +65,6 @@ cudaError_t launch_with_filter_size(const DwConvParams& p, const T* x, const T* 
 
 }  // namespace
 
-bool fwd_regfilter_supports(const DwConvParams& p) {
-  constexpr int64_t kThreads = RegFilterTraits::kThreads;
-  return p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1 &&
-         p.kernel_h == p.kernel_w && (p.kernel_w == 3 || p.kernel_w == 5) && p.channels % 64 == 0 &&
-         p.out_h <= 65535 && (threads_per_row_block(p) + kThreads - 1) / kThreads <= INT32_MAX;
-}
-
 bool fwd_regfilter_aligned(const void* x, const void* w, const void* y, const void* bias) {
   return aligned(x, 16) && aligned(w, 4) && aligned(y, 4) && (bias == nullptr || aligned(bias, 4));
 }
@@ -82,7 +72,7 @@ bool fwd_regfilter_aligned(const void* x, const void* w, const void* y, const vo
 template <typename T>
 cudaError_t launch_fwd_regfilter(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
                                  const FwdEpilogue& epilogue) {
-  if (!fwd_regfilter_supports(p) || !fwd_regfilter_aligned(x, w, y, epilogue.bias)) {
+  if (!can_implement_fwd_regfilter(p, true) || !fwd_regfilter_aligned(x, w, y, epilogue.bias)) {
     return cudaErrorInvalidValue;
   }
   return p.kernel_w == 3 ? launch_with_filter_size<T, 3>(p, x, w, y, stream, epilogue)

@@ -50,8 +50,8 @@
 #include <type_traits>
 
 #include "common/cp_async.cuh"
-#include "dwconv/epilogue.h"
-#include "dwconv/params.h"
+#include "common/epilogue.h"
+#include "common/params.h"
 
 namespace flashdwc {
 
@@ -230,7 +230,7 @@ __device__ __forceinline__ void walk_rows(const uint32_t* __restrict__ x, uint32
 }  // namespace regfilter
 
 // x, w, y as 32-bit words of channel pairs: C a multiple of 64 and the buffers aligned
-// (fwd_regfilter_supports, fwd_regfilter_aligned).
+// (can_implement_fwd_regfilter, fwd_regfilter_aligned).
 template <typename T, int kK, int kTW, int kMinBlocks, bool kEpilogue>
 __global__ void __launch_bounds__(RegFilterTraits::kThreads, kMinBlocks)
 dwconv_fwd_regfilter_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, T* __restrict__ y_ptr,

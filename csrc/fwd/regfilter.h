@@ -1,5 +1,5 @@
 // Forward depthwise convolution on CUDA cores with the filter in registers
-// (fp16/bf16 inputs, fp32 accumulation): the kernel of fwd_regfilter.cuh, for 3x3
+// (fp16/bf16 inputs, fp32 accumulation): the kernel of fwd/regfilter.cuh, for 3x3
 // and 5x5 filters at stride 1.
 #pragma once
 
@@ -7,22 +7,17 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "dwconv/epilogue.h"
-#include "dwconv/params.h"
+#include "common/epilogue.h"
+#include "common/params.h"
 
 namespace flashdwc {
-
-// True when launch_fwd_regfilter can run this problem's geometry: a 3x3 or 5x5 filter,
-// stride 1, dilation 1, C a multiple of 64 (a warp's 32 channel pairs are one pixel's,
-// so that it copies whole 128-byte runs), and the grid within CUDA's limits.
-bool fwd_regfilter_supports(const DwConvParams& p);
 
 // True when the buffers are aligned as the kernel moves them: x by 16-byte copies,
 // w, y and the bias (may be null) as 32-bit words of channel pairs.
 bool fwd_regfilter_aligned(const void* x, const void* w, const void* y, const void* bias);
 
 // y = epilogue(conv(x, w)) with T = __half or __nv_bfloat16; enqueues on `stream`,
-// never synchronizes. Call only when fwd_regfilter_supports(p) and
+// never synchronizes. Call only when can_implement_fwd_regfilter (plan/fwd.h) and
 // fwd_regfilter_aligned(x, w, y, epilogue.bias); the kernel has no prologue. Returns
 // cudaErrorInvalidValue, launching nothing, when either is not so.
 template <typename T>

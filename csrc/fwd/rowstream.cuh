@@ -41,8 +41,8 @@
 #include "common/cuda_types.cuh"
 #include "common/ring_slot.cuh"
 #include "common/static_for.cuh"
-#include "dwconv/epilogue.h"
-#include "dwconv/params.h"
+#include "common/epilogue.h"
+#include "common/params.h"
 
 namespace flashdwc {
 
@@ -142,7 +142,7 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
   // A thread copies chunks q = threadIdx.x + kThreads * i of every input row: always
   // the same channel group, at columns kThreads / kChannelGroups apart. Their offsets
   // within a row are computed once, -1 where the chunk lies outside the image or past
-  // C (in_w * C fits 32 bits: rowstream_supports). Computed per copy, the indexing
+  // C (in_w * C fits 32 bits: can_implement_fwd_rowstream). Computed per copy, the indexing
   // took about 37 SASS instructions per 16-byte copy (bf16, kTM 4, KW 3: 142 per 4
   // copies), about 18% of a row's instructions at k = 3, where the seventh session's
   // profile found the narrow strips bound by integer instructions.
@@ -220,7 +220,7 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
   // The prologue on this thread's chunks of input row j (slot `slot`), once they have
   // landed: its copies are all of channel group `group` (kThreads is a multiple of
   // kChannelGroups), and a chunk is all inside C or all past it (C is a multiple of
-  // kWidth: rowstream_supports).
+  // kWidth: can_implement_fwd_rowstream).
   static_assert(Tr::kThreads % Tr::kChannelGroups == 0, "a thread copies one channel group");
   ChannelAffine<kWidth> affine;
   // The bound says what channels_valid says for the whole group (C is a multiple of

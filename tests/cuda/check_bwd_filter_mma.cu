@@ -2,7 +2,7 @@
 // atomic and deterministic (sliced) modes, fp16 and bf16.
 // Build (from the repository root):
 //   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc \
-//        tests/cuda/check_bwd_filter_mma.cu csrc/dwconv/bwd_filter_cuda_mma.cu -o check_bwd_filter_mma
+//        tests/cuda/check_bwd_filter_mma.cu csrc/bwd_filter/mma.cu csrc/plan/bwd_filter.cc -o check_bwd_filter_mma
 // Run: ./check_bwd_filter_mma
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -18,7 +18,9 @@
 #include <vector>
 
 #include "check_helpers.cuh"
-#include "dwconv/bwd_filter_mma.h"
+#include "bwd_filter/mma.h"
+#include "common/launch.cuh"
+#include "plan/bwd_filter.h"
 
 using flashdwc::DwConvParams;
 
@@ -40,7 +42,7 @@ bool run_shape(const Shape& s, std::mt19937& rng, int64_t slices) {
   p.kernel_h = s.kh, p.kernel_w = s.kw, p.stride_h = p.stride_w = 1, p.dilation_h = p.dilation_w = 1;
   p.pad_top = s.pad_top, p.pad_left = s.pad_left;
   const char* dt = std::is_same_v<T, __half> ? "f16" : "bf16";
-  if (!flashdwc::bwd_filter_mma_applies(p)) {
+  if (!flashdwc::can_implement_bwd_filter_mma(p, true, flashdwc::device_limits())) {
     std::printf("  %-30s %s: NOT SUPPORTED (unexpected)\n", s.name, dt);
     return false;
   }

@@ -7,7 +7,7 @@
 // and a small tile count (several lanes per tile).
 // Build (from the repository root):
 //   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc \
-//        tests/cuda/check_bwd_filter_split.cu csrc/dwconv/bwd_filter_cuda*.cu -o check_bwd_filter_split
+//        tests/cuda/check_bwd_filter_split.cu csrc/bwd_filter/*.cu csrc/plan/bwd_filter.cc -o check_bwd_filter_split
 // Run: ./check_bwd_filter_split
 #include <cuda_runtime.h>
 
@@ -19,7 +19,9 @@
 #include <vector>
 
 #include "check_helpers.cuh"
-#include "dwconv/dwconv_cuda.h"
+#include "bwd_filter/launch.h"
+#include "common/launch.cuh"
+#include "plan/bwd_filter.h"
 
 using flashdwc::DwConvParams;
 
@@ -41,7 +43,7 @@ bool run_shape(const Shape& s, std::mt19937& rng, bool deterministic) {
   p.out_h = (s.h + 2 * s.pad_top - s.kh) / s.stride + 1;
   p.out_w = (s.w + 2 * s.pad_left - s.kw) / s.stride + 1;
   const flashdwc::BwdFilterTiling tiling = flashdwc::bwd_filter_tiling(p, false);
-  const flashdwc::BwdFilterKernel kernel = flashdwc::select_bwd_filter_kernel(p, false, deterministic);
+  const flashdwc::BwdFilterKernel kernel = flashdwc::plan_bwd_filter(p, false, deterministic, flashdwc::device_limits());
   const char* kernel_name = kernel == flashdwc::BwdFilterKernel::kGemv    ? "gemv"
                             : kernel == flashdwc::BwdFilterKernel::kSplit ? "split"
                                                                           : "other";

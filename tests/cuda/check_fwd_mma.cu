@@ -1,7 +1,7 @@
 // Standalone GPU check of launch_fwd_mma against a CPU fp32 reference.
 // Build (from the repository root):
 //   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc \
-//        tests/cuda/check_fwd_mma.cu csrc/dwconv/fwd_mma.cu -o check_fwd_mma
+//        tests/cuda/check_fwd_mma.cu csrc/fwd/mma.cu csrc/plan/fwd.cc -o check_fwd_mma
 // Run: ./check_fwd_mma   (--big adds a > 2^31-element sampled case; --time times
 // the kernel on the benchmark's bf16 points, median of 20 calls after warm-up)
 // Every shape runs once with the launcher's choice of output tiles per block and
@@ -23,7 +23,9 @@
 
 #include "../../benchmarks/cuda/fill_uniform.cuh"
 #include "check_helpers.cuh"
-#include "dwconv/fwd_mma.h"
+#include "common/launch.cuh"
+#include "fwd/mma.h"
+#include "plan/fwd.h"
 
 using flashdwc::DwConvParams;
 
@@ -79,7 +81,7 @@ constexpr uint8_t kCanary = 0xA5;
 template <typename T>
 bool run_shape(const Shape& s, std::mt19937& rng, int64_t samples, int tiles = 0) {
   const DwConvParams p = params_of(s);
-  if (!flashdwc::fwd_mma_supports(p)) {
+  if (!flashdwc::can_implement_fwd_mma(p, true, flashdwc::device_limits())) {
     std::printf("  %-28s %s: NOT SUPPORTED (unexpected)\n", s.name, std::is_same_v<T, __half> ? "f16" : "bf16");
     return false;
   }
@@ -306,7 +308,7 @@ int main(int argc, char** argv) {
     // Rejected geometry.
     DwConvParams p = params_of(same("s2", 1, 8, 8, 16, 3, 3));
     p.stride_w = 2;
-    if (flashdwc::fwd_mma_supports(p)) {
+    if (flashdwc::can_implement_fwd_mma(p, true, flashdwc::device_limits())) {
       std::printf("  stride 2 accepted (unexpected)\n");
       ok = false;
     }

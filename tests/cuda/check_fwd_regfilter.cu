@@ -3,7 +3,7 @@
 // here is a square 3x3 or 5x5 with C a multiple of 64, which it sends there.
 // Build (from the repository root):
 //   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc tests/cuda/check_fwd_regfilter.cu \
-//        csrc/dwconv/dwconv_cuda.cu csrc/dwconv/fwd_mma.cu csrc/dwconv/fwd_regfilter.cu -o check_fwd_regfilter
+//        csrc/fwd/*.cu csrc/plan/fwd.cc -o check_fwd_regfilter
 // Run: ./check_fwd_regfilter
 // Every shape checks that the dispatcher picks the kernel, poisons y with NaN and
 // guards it with canary bytes, and compares every output (y = relu(conv + bias) on
@@ -21,7 +21,9 @@
 #include <vector>
 
 #include "check_helpers.cuh"
-#include "dwconv/dwconv_cuda.h"
+#include "common/launch.cuh"
+#include "fwd/launch.h"
+#include "plan/fwd.h"
 
 using flashdwc::DwConvParams;
 
@@ -59,7 +61,7 @@ bool run_shape(const Shape& s, std::mt19937& rng) {
   const DwConvParams p = params_of(s);
   const char* dtype = std::is_same_v<T, __half> ? "f16" : "bf16";
   // The dispatcher's rule (dwconv_cuda.cu, regfilter_takes).
-  if (flashdwc::select_fwd_kernel(p, true) != flashdwc::FwdKernel::kRegFilter) {
+  if (flashdwc::plan_fwd(p, true, flashdwc::device_limits()) != flashdwc::FwdKernel::kRegFilter) {
     std::printf("  %-30s %-4s: the dispatcher does not pick the register-filter kernel\n", s.name, dtype);
     return false;
   }

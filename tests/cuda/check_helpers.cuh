@@ -14,7 +14,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "dwconv/params.h"
+#include "common/params.h"
 
 #define CK(x)                                                                                 \
   do {                                                                                        \
