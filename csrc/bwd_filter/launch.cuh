@@ -139,6 +139,11 @@ cudaError_t launch_bwd_filter_split_tiling(const DwConvParams& p, const BwdFilte
   }
 }
 
+// dy bytes a pipeline stage of the GEMV filter gradient holds, as the forward GEMV
+// kernel's filter stage (fwd/launch.cu); its TM and widest dy row are in
+// plan/bwd_filter.h.
+inline constexpr int64_t kBwdFilterGemvStageBytes = 16 * 1024;
+
 // Blocks along the KH x KW outputs (grid.x): row groups of kRowsPerWarp rows, each
 // in segment_blocks blocks of `warps` segments.
 inline int64_t bwd_filter_gemv_row_blocks(const DwConvParams& p, const BwdFilterGemvGrid& g) {
