@@ -52,6 +52,11 @@ for _platform, _targets in _REGISTRATIONS.items():
     jax.ffi.register_ffi_target(_name, _capsule, platform=_platform)
 
 
+def plan_thresholds() -> dict:
+  """The native kernel plan's thresholds (csrc/plan/thresholds.h), by name."""
+  return dict(_jax_flashdwc.plan_thresholds())
+
+
 def cuda_available() -> bool:
   """Whether this build of jax_flashdwc contains the CUDA kernels."""
   return "CUDA" in _REGISTRATIONS

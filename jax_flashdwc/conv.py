@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
-from . import _activations, _dilation, ops
+from . import _activations, _dilation, _ffi, ops
 from ._geometry import ConvGeometry, make_geometry
 from .reference import depthwise_conv2d_xla
 
@@ -22,11 +22,12 @@ IMPLEMENTATIONS = ("flashdwc", "xla")
 # KW = 13), and ran on the GEMV and split CUDA-core kernels; as 5x51 it takes the
 # tensor-core ones. The transposes (x and y going forward, dy and dx going back) are
 # memory passes, small against 255 taps a pixel: SLaK-T's bf16 training step at batch
-# 64 took 36.55 ms against 40.79 ms direct on the H200 (4f0c28d, docs/design-notes.md).
+# 64 took 36.55 ms against 40.79 ms direct on the H200 (docs/design-notes.md).
 # Set to False to time the direct path (--tall-filters direct in benchmarks/).
+# The bounds are kernel-choice thresholds of the native plan (csrc/plan/thresholds.h).
 TRANSPOSE_TALL_FILTERS = True
-_TALL_MIN_KERNEL_H = 13
-_TALL_MAX_KERNEL_W = 6
+_TALL_MIN_KERNEL_H = _ffi.plan_thresholds()["tall_filter_min_kernel_h"]
+_TALL_MAX_KERNEL_W = _ffi.plan_thresholds()["tall_filter_max_kernel_w"]
 
 # Dilated stride-1 problems run as undilated ones on the d_h x d_w interleaved
 # sub-grids of x (_dilation.py), on the fast stride-1 kernels of every pass, instead

@@ -1,66 +1,97 @@
-"""The CUDA dispatcher sends each test shape to the kernel we expect, so that the
-numerical tests exercise the row-stream kernel, the tiled GEMV kernel and the
-direct fallback."""
+"""The kernel plan (csrc/plan/, through the extension) for named shapes and for every
+layer of the model registry, so that the numerical tests exercise every kernel and a
+change of kernel for a real layer shows. The plan is host code: these run without a
+GPU, on a CPU-only build too."""
 
 import pytest
 
 from jax_flashdwc import _ffi
 from numerics import pair
-from shapes import TEST_CASES
+from shapes import MODEL_LAYERS, TEST_CASES
+
+# An H100's limits (an H200 differs only in L2 size, which no kernel choice reads): the
+# plan is host code, so these tests run without a GPU.
+H100 = dict(sms=132, smem_per_block=232448, smem_per_sm=233472, smem_reserved_per_block=1024, l2_bytes=50 << 20)
+_native = _ffi._jax_flashdwc
 
 
-def expected_forward_kernel(case):
+def _fwd(channels, out_w, kernel_w, stride_w, dilation_w, half_precision=False, kernel_h=1, stride_h=1,
+         dilation_h=1):
+  problem = dict(channels=channels, out_w=out_w, in_w=out_w, out_h=64, kernel_w=kernel_w, kernel_h=kernel_h,
+                 stride_w=stride_w, stride_h=stride_h, dilation_w=dilation_w, dilation_h=dilation_h)
+  return _native.plan_fwd(problem, half_precision=half_precision, device=H100)
+
+
+def _bwd_filter(channels, in_h, in_w, out_w, kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w,
+                half_precision, deterministic=False):
+  problem = dict(channels=channels, in_h=in_h, out_h=in_h, in_w=in_w, out_w=out_w, kernel_h=kernel_h,
+                 kernel_w=kernel_w, stride_h=stride_h, stride_w=stride_w, dilation_h=dilation_h,
+                 dilation_w=dilation_w)
+  return _native.plan_bwd_filter(problem, half_precision=half_precision, deterministic=deterministic, device=H100)
+
+
+def _tiling(kernel_w, half_precision, kernel_h=0):
+  problem = dict(kernel_w=kernel_w, kernel_h=kernel_h or kernel_w)
+  return tuple(_native.plan_bwd_filter_tiling(problem, half_precision=half_precision))
+
+
+def _axis(size, k, stride, dilation, padding):
+  """(output size, padding before) of one axis; padding is "SAME", "VALID" or (lo, hi)."""
+  span = dilation * (k - 1) + 1
+  if padding == "SAME":
+    out = -(-size // stride)
+    return out, max((out - 1) * stride + span - size, 0) // 2
+  lo, hi = (0, 0) if padding == "VALID" else padding
+  return (size + lo + hi - span) // stride + 1, lo
+
+
+def problem(case):
+  """The DwConvParams fields of a ConvCase's forward problem."""
   sh, sw = pair(case.strides)
   dh, dw = pair(case.dilation)
-  if (sh, sw, dh, dw) == (1, 1, 1, 1) and case.kw in (3, 5, 7) and case.kh <= 9 and case.c % 4 == 0:
-    return "rowstream"
-  return "gemv" if sw in (1, 2) and dw == 1 and case.kw <= 512 else "direct"
+  ph, pw = (case.padding, case.padding) if isinstance(case.padding, str) else case.padding
+  out_h, pad_top = _axis(case.h, case.kh, sh, dh, ph)
+  out_w, pad_left = _axis(case.w, case.kw, sw, dw, pw)
+  return dict(batch=case.n, in_h=case.h, in_w=case.w, out_h=out_h, out_w=out_w, channels=case.c, kernel_h=case.kh,
+              kernel_w=case.kw, stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw, pad_top=pad_top,
+              pad_left=pad_left)
 
 
-def _skip_without_gpu():
-  import jax
-
-  try:
-    has_gpu = bool(jax.devices("gpu"))
-  except RuntimeError:
-    has_gpu = False
-  if not has_gpu:
-    pytest.skip("the tensor-core kernels check the device's shared memory; no GPU present")
+def plans(case):
+  """(forward fp16/bf16, forward fp32, input gradient fp16/bf16, filter gradient fp16/bf16, fp32) on an H100."""
+  p = problem(case)
+  return (_native.plan_fwd(p, half_precision=True, device=H100), _native.plan_fwd(p, device=H100),
+          _native.plan_bwd_data(p, half_precision=True, device=H100),
+          _native.plan_bwd_filter(p, half_precision=True, device=H100), _native.plan_bwd_filter(p, device=H100))
 
 
 def _pick(native, case, half_precision=False):
   sh, sw = pair(case.strides)
   dh, dw = pair(case.dilation)
-  return native.cuda_forward_kernel(channels=case.c, out_w=case.w, kernel_w=case.kw, stride_w=sw, dilation_w=dw,
+  return _fwd(channels=case.c, out_w=case.w, kernel_w=case.kw, stride_w=sw, dilation_w=dw,
                                     half_precision=half_precision, kernel_h=case.kh, stride_h=sh, dilation_h=dh)
 
 
-@pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
-def test_forward_dispatch_covers_every_kernel():
-  native = _ffi._jax_flashdwc
+def test_forward_plan_covers_every_kernel():
   chosen = {}
   for case in TEST_CASES:
-    kernel = _pick(native, case)
-    assert kernel == expected_forward_kernel(case), case.name
-    chosen.setdefault(kernel, []).append(case.name)
-  assert (len(chosen.get("rowstream", [])) >= 5 and len(chosen.get("gemv", [])) >= 10
-          and len(chosen.get("direct", [])) >= 3), chosen
+    for half in (False, True):
+      chosen.setdefault(_pick(_native, case, half_precision=half), []).append(case.name)
+  assert set(chosen) == {"regfilter", "mma", "rowstream", "gemv", "direct"}, chosen
+  assert (len(chosen["rowstream"]) >= 5 and len(chosen["gemv"]) >= 10 and len(chosen["direct"]) >= 3), chosen
 
 
-@pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
 def test_forward_dispatch_limits():
-  native = _ffi._jax_flashdwc
-  assert native.cuda_forward_kernel(channels=64, out_w=64, kernel_w=512, stride_w=1, dilation_w=1) == "gemv"
-  assert native.cuda_forward_kernel(channels=64, out_w=64, kernel_w=513, stride_w=1, dilation_w=1) == "direct"
-  assert native.cuda_forward_kernel(channels=64, out_w=64, kernel_w=7, stride_w=3, dilation_w=1) == "direct"
-  assert native.cuda_forward_kernel(channels=64, out_w=64, kernel_w=7, stride_w=1, dilation_w=2) == "direct"
+  native = _native
+  assert _fwd(channels=64, out_w=64, kernel_w=512, stride_w=1, dilation_w=1) == "gemv"
+  assert _fwd(channels=64, out_w=64, kernel_w=513, stride_w=1, dilation_w=1) == "direct"
+  assert _fwd(channels=64, out_w=64, kernel_w=7, stride_w=3, dilation_w=1) == "direct"
+  assert _fwd(channels=64, out_w=64, kernel_w=7, stride_w=1, dilation_w=2) == "direct"
 
 
-@pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
 def test_half_precision_forward_goes_to_tensor_cores_from_k6():
-  _skip_without_gpu()
-  native = _ffi._jax_flashdwc
-  pick = lambda kw, sw=1, half=True, c=96, w=64: native.cuda_forward_kernel(
+  native = _native
+  pick = lambda kw, sw=1, half=True, c=96, w=64: _fwd(
       channels=c, out_w=w, kernel_w=kw, stride_w=sw, dilation_w=1, half_precision=half)
   assert pick(7) == pick(31) == pick(63) == pick(31, c=64) == pick(7, c=64) == pick(7, c=768) == "mma"
   assert pick(6) == pick(6, c=64) == "mma"
@@ -76,11 +107,9 @@ def test_half_precision_forward_goes_to_tensor_cores_from_k6():
   assert pick(31, half=False) == "gemv"
 
 
-@pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
 def test_half_precision_3x3_and_5x5_go_to_the_register_filter_kernel():
-  _skip_without_gpu()
-  native = _ffi._jax_flashdwc
-  pick = lambda w, k=5, c=256, kh=None, sw=1, half=True: native.cuda_forward_kernel(
+  native = _native
+  pick = lambda w, k=5, c=256, kh=None, sw=1, half=True: _fwd(
       channels=c, out_w=w, kernel_w=k, stride_w=sw, dilation_w=1, half_precision=half,
       kernel_h=k if kh is None else kh)
   assert pick(64) == pick(32) == pick(48, c=64) == pick(65) == pick(128, c=128) == pick(7, c=768) == "regfilter"
@@ -100,7 +129,7 @@ def test_half_precision_3x3_and_5x5_go_to_the_register_filter_kernel():
 @pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
 @pytest.mark.parametrize("half_precision", [False, True])
 def test_filter_gradient_workspace_is_whole_fp32_slices(half_precision):
-  native = _ffi._jax_flashdwc
+  native = _native
   shape = dict(batch=8, out_h=64, channels=256, kernel_h=3, kernel_w=3, stride_h=1, stride_w=1, dilation_h=1,
                dilation_w=1)
   slice_bytes = 3 * 3 * 256 * 4
@@ -116,68 +145,182 @@ def _bwd_filter_pick(native, case, half_precision, deterministic=False):
   sh, sw = pair(case.strides)
   dh, dw = pair(case.dilation)
   out_w = (case.w - 1) // sw + 1  # SAME padding's width; the choice depends on it
-  return native.cuda_bwd_filter_kernel(channels=case.c, in_h=case.h, in_w=case.w, out_w=out_w, kernel_h=case.kh,
+  return _bwd_filter(channels=case.c, in_h=case.h, in_w=case.w, out_w=out_w, kernel_h=case.kh,
                                        kernel_w=case.kw, stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw,
                                        half_precision=half_precision, deterministic=deterministic)
 
 
-@pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
-def test_filter_gradient_dispatch_covers_every_kernel():
-  _skip_without_gpu()
-  native = _ffi._jax_flashdwc
-  chosen, chosen_fp32 = {}, set()
+def test_filter_gradient_plan_covers_every_kernel():
+  chosen = {True: set(), False: set()}
   for case in TEST_CASES:
-    sh, sw = pair(case.strides)
-    dh, dw = pair(case.dilation)
-    unit = (sh, sw, dh, dw) == (1, 1, 1, 1)
-    out_w = (case.w - 1) // sw + 1  # as _bwd_filter_pick passes it
-    # and whole channel blocks, 64 in fp16/bf16 and 32 in fp32
-    rowstream = unit and case.kw in (3, 5, 7) and case.kh <= 7 and out_w >= 32
-    if sw > 2 or dw > 1:
-      expected = "direct"
-    elif unit and (9 <= case.kw <= 64 or (case.kw == 7 and out_w >= 14)):
-      expected = "mma"  # where it beat the CUDA-core kernels on the H200 (bwd_filter_cuda.cu)
-    elif rowstream and case.c % 64 == 0:
-      expected = "rowstream"
-    else:
-      expected = "split"
-    assert _bwd_filter_pick(native, case, half_precision=True) == expected, case.name
-    # fp32 never takes tensor cores; its row-stream copies are 4 channels wide, and from
-    # 27 taps across at stride 1 it runs the forward loop over dy (bwd_filter_gemv.cuh).
-    if unit and case.kw >= 27:
-      expected_fp32 = "gemv"
-    elif rowstream and case.c % 32 == 0:
-      expected_fp32 = "rowstream"
-    else:
-      expected_fp32 = "split" if expected != "direct" else "direct"
-    assert _bwd_filter_pick(native, case, half_precision=False) == expected_fp32, case.name
-    chosen_fp32.add(expected_fp32)
-    # Deterministic mode has no row-stream kernel (its merge is atomic).
     for half in (True, False):
-      picked = _bwd_filter_pick(native, case, half_precision=half, deterministic=True)
-      assert picked != "rowstream" and (picked == "split") == (_bwd_filter_pick(native, case, half) in
-                                                                ("split", "rowstream")), case.name
-    chosen.setdefault(expected, []).append(case.name)
-  # (4 row-stream cases in fp16/bf16 since k = 7 went to tensor cores; fp32 adds the k = 7 ones)
-  assert (len(chosen["mma"]) >= 6 and len(chosen["split"]) >= 5 and len(chosen["direct"]) >= 3
-          and len(chosen["rowstream"]) >= 4), chosen
-  assert chosen_fp32 == {"gemv", "rowstream", "split", "direct"}, chosen_fp32
+      picked = _bwd_filter_pick(_native, case, half)
+      chosen[half].add(picked)
+      # Deterministic mode has no row-stream kernel (its merge is atomic); the others stay.
+      ordered = _bwd_filter_pick(_native, case, half, deterministic=True)
+      assert ordered == ("split" if picked == "rowstream" else picked), case.name
+  assert chosen[True] == {"mma", "rowstream", "split", "direct"}, chosen
+  assert chosen[False] == {"gemv", "rowstream", "split", "direct"}, chosen
 
 
-@pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
+# The plan of every layer of the model registry (tests/shapes.py), on an H100:
+# (forward fp16/bf16, forward fp32, input gradient fp16/bf16, filter gradient
+# fp16/bf16, filter gradient fp32). A change here is a change of kernel for a real
+# model's layer: time it (benchmarks/bench_layers.py) before updating the table.
+REGISTRY_PLANS = {
+    "mobilenet_v2/112x112x32_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'rowstream'),
+    "mobilenet_v2/112x112x96_s2": ('gemv', 'gemv', 'gather', 'split', 'split'),
+    "mobilenet_v2/56x56x144_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
+    "mobilenet_v2/56x56x144_s2": ('gemv', 'gemv', 'gather', 'split', 'split'),
+    "mobilenet_v2/28x28x192_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "mobilenet_v2/28x28x192_s2": ('gemv', 'gemv', 'gather', 'split', 'split'),
+    "mobilenet_v2/14x14x384_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "mobilenet_v2/14x14x576_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "mobilenet_v2/14x14x576_s2": ('gemv', 'gemv', 'gather', 'split', 'split'),
+    "mobilenet_v2/7x7x960_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "mobilenet_v3_large/112x112x16_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
+    "mobilenet_v3_large/112x112x64_k3_s2": ('gemv', 'gemv', 'gather', 'split', 'split'),
+    "mobilenet_v3_large/56x56x72_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
+    "mobilenet_v3_large/56x56x72_k5_s2": ('gemv', 'gemv', 'gather', 'split', 'split'),
+    "mobilenet_v3_large/28x28x120_k5_s1": ('mma', 'rowstream', 'forward:mma', 'split', 'split'),
+    "mobilenet_v3_large/28x28x240_k3_s2": ('gemv', 'gemv', 'gather', 'split', 'split'),
+    "mobilenet_v3_large/14x14x200_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
+    "mobilenet_v3_large/14x14x480_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
+    "mobilenet_v3_large/14x14x672_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
+    "mobilenet_v3_large/14x14x672_k5_s2": ('gemv', 'gemv', 'gather', 'split', 'split'),
+    "mobilenet_v3_large/7x7x960_k5_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "efficientnet_b0/112x112x32_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'rowstream'),
+    "efficientnet_b0/112x112x96_k3_s2": ('gemv', 'gemv', 'gather', 'split', 'split'),
+    "efficientnet_b0/56x56x144_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
+    "efficientnet_b0/56x56x144_k5_s2": ('gemv', 'gemv', 'gather', 'split', 'split'),
+    "efficientnet_b0/28x28x240_k5_s1": ('mma', 'rowstream', 'forward:mma', 'split', 'split'),
+    "efficientnet_b0/28x28x240_k3_s2": ('gemv', 'gemv', 'gather', 'split', 'split'),
+    "efficientnet_b0/14x14x480_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
+    "efficientnet_b0/14x14x480_k5_s1": ('mma', 'rowstream', 'forward:mma', 'split', 'split'),
+    "efficientnet_b0/14x14x672_k5_s1": ('mma', 'rowstream', 'forward:mma', 'split', 'split'),
+    "efficientnet_b0/14x14x672_k5_s2": ('gemv', 'gemv', 'gather', 'split', 'split'),
+    "efficientnet_b0/7x7x1152_k5_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "efficientnet_b0/7x7x1152_k3_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "efficientnet_b3/150x150x40_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
+    "efficientnet_b3/150x150x144_k3_s2": ('gemv', 'gemv', 'gather', 'split', 'split'),
+    "efficientnet_b3/75x75x192_k3_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'rowstream', 'rowstream'),
+    "efficientnet_b3/75x75x192_k5_s2": ('gemv', 'gemv', 'gather', 'split', 'split'),
+    "efficientnet_b3/38x38x288_k5_s1": ('mma', 'rowstream', 'forward:mma', 'split', 'rowstream'),
+    "efficientnet_b3/38x38x288_k3_s2": ('gemv', 'gemv', 'gather', 'split', 'split'),
+    "efficientnet_b3/19x19x576_k3_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "efficientnet_b3/19x19x816_k5_s1": ('mma', 'rowstream', 'forward:mma', 'split', 'split'),
+    "efficientnet_b3/19x19x816_k5_s2": ('gemv', 'gemv', 'gather', 'split', 'split'),
+    "efficientnet_b3/10x10x1392_k5_s1": ('mma', 'rowstream', 'forward:mma', 'split', 'split'),
+    "efficientnet_b3/10x10x1392_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
+    "convnext_t/stage_56x56x96": ('mma', 'rowstream', 'forward:mma', 'mma', 'rowstream'),
+    "convnext_t/stage_28x28x192": ('mma', 'rowstream', 'forward:mma', 'mma', 'split'),
+    "convnext_t/stage_14x14x384": ('mma', 'rowstream', 'forward:mma', 'mma', 'split'),
+    "convnext_t/stage_7x7x768": ('mma', 'rowstream', 'forward:mma', 'split', 'split'),
+    "van_b0/lka_5x5_56x56x32": ('mma', 'rowstream', 'forward:mma', 'split', 'rowstream'),
+    "van_b0/lka_7x7_d3_56x56x32": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
+    "van_b0/mlp_3x3_56x56x256": ('regfilter', 'rowstream', 'forward:regfilter', 'rowstream', 'rowstream'),
+    "van_b0/lka_5x5_28x28x64": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "van_b0/lka_7x7_d3_28x28x64": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
+    "van_b0/mlp_3x3_28x28x512": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "van_b0/lka_5x5_14x14x160": ('mma', 'rowstream', 'forward:mma', 'split', 'split'),
+    "van_b0/lka_7x7_d3_14x14x160": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
+    "van_b0/mlp_3x3_14x14x1280": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "van_b0/lka_5x5_7x7x256": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "van_b0/lka_7x7_d3_7x7x256": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
+    "van_b0/mlp_3x3_7x7x2048": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "unireplknet_t/stage1_3x3_56x56x80": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
+    "unireplknet_t/13x13_28x28x160": ('mma', 'gemv', 'forward:mma', 'mma', 'split'),
+    "unireplknet_t/branch_5x5_d1_28x28x160": ('mma', 'rowstream', 'forward:mma', 'split', 'split'),
+    "unireplknet_t/branch_7x7_d2_28x28x160": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
+    "unireplknet_t/branch_3x3_d3_28x28x160": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
+    "unireplknet_t/branch_3x3_d4_28x28x160": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
+    "unireplknet_t/branch_3x3_d5_28x28x160": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
+    "unireplknet_t/13x13_14x14x320": ('mma', 'gemv', 'forward:mma', 'mma', 'split'),
+    "unireplknet_t/branch_5x5_d1_14x14x320": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "unireplknet_t/branch_7x7_d2_14x14x320": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
+    "unireplknet_t/branch_3x3_d3_14x14x320": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
+    "unireplknet_t/branch_3x3_d4_14x14x320": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
+    "unireplknet_t/branch_3x3_d5_14x14x320": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
+    "unireplknet_t/13x13_7x7x640": ('mma', 'gemv', 'forward:mma', 'mma', 'split'),
+    "unireplknet_t/branch_5x5_d1_7x7x640": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "unireplknet_t/branch_7x7_d2_7x7x640": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
+    "unireplknet_t/branch_3x3_d3_7x7x640": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
+    "unireplknet_t/branch_3x3_d4_7x7x640": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
+    "unireplknet_t/branch_3x3_d5_7x7x640": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
+    "inceptionnext_t/square_3x3_56x56x12": ('gemv', 'rowstream', 'forward:gemv', 'split', 'split'),
+    "inceptionnext_t/band_1x11_56x56x12": ('mma', 'gemv', 'forward:mma', 'mma', 'split'),
+    "inceptionnext_t/band_11x1_56x56x12": ('gemv', 'gemv', 'forward:gemv', 'split', 'split'),
+    "inceptionnext_t/square_3x3_28x28x24": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
+    "inceptionnext_t/band_1x11_28x28x24": ('mma', 'gemv', 'forward:mma', 'mma', 'split'),
+    "inceptionnext_t/band_11x1_28x28x24": ('gemv', 'gemv', 'forward:gemv', 'split', 'split'),
+    "inceptionnext_t/square_3x3_14x14x48": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
+    "inceptionnext_t/band_1x11_14x14x48": ('mma', 'gemv', 'forward:mma', 'mma', 'split'),
+    "inceptionnext_t/band_11x1_14x14x48": ('gemv', 'gemv', 'forward:gemv', 'split', 'split'),
+    "inceptionnext_t/square_3x3_7x7x96": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
+    "inceptionnext_t/band_1x11_7x7x96": ('mma', 'gemv', 'forward:mma', 'mma', 'split'),
+    "inceptionnext_t/band_11x1_7x7x96": ('gemv', 'gemv', 'forward:gemv', 'split', 'split'),
+    "replknet_31b/31x31_56x56x128": ('mma', 'gemv', 'forward:mma', 'mma', 'gemv'),
+    "replknet_31b/branch_5x5_56x56x128": ('regfilter', 'rowstream', 'forward:regfilter', 'rowstream', 'rowstream'),
+    "replknet_31b/29x29_28x28x256": ('mma', 'gemv', 'forward:mma', 'mma', 'gemv'),
+    "replknet_31b/branch_5x5_28x28x256": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "replknet_31b/27x27_14x14x512": ('mma', 'gemv', 'forward:mma', 'mma', 'gemv'),
+    "replknet_31b/branch_5x5_14x14x512": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "replknet_31b/13x13_7x7x1024": ('mma', 'gemv', 'forward:mma', 'mma', 'split'),
+    "replknet_31b/branch_5x5_7x7x1024": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "slak_t/51x5_56x56x96": ('mma', 'gemv', 'forward:mma', 'split', 'split'),
+    "slak_t/5x51_56x56x96": ('mma', 'gemv', 'forward:mma', 'mma', 'gemv'),
+    "slak_t/branch_5x5_56x56x96": ('mma', 'rowstream', 'forward:mma', 'split', 'rowstream'),
+    "slak_t/49x5_28x28x192": ('gemv', 'gemv', 'forward:gemv', 'split', 'split'),
+    "slak_t/5x49_28x28x192": ('mma', 'gemv', 'forward:mma', 'mma', 'gemv'),
+    "slak_t/branch_5x5_28x28x192": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "slak_t/47x5_14x14x384": ('gemv', 'gemv', 'forward:gemv', 'split', 'split'),
+    "slak_t/5x47_14x14x384": ('mma', 'gemv', 'forward:mma', 'mma', 'gemv'),
+    "slak_t/branch_5x5_14x14x384": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "slak_t/13x5_7x7x768": ('gemv', 'gemv', 'forward:gemv', 'split', 'split'),
+    "slak_t/5x13_7x7x768": ('mma', 'gemv', 'forward:mma', 'mma', 'split'),
+    "slak_t/branch_5x5_7x7x768": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "convmixer_1536_20/9x9_32x32x1536": ('mma', 'gemv', 'forward:mma', 'mma', 'split'),
+    "mamba/conv1d_k4_L2048_c1536": ('gemv', 'gemv', 'forward:gemv', 'split', 'split'),
+    "mamba/conv1d_k4_L2048_c5120": ('gemv', 'gemv', 'forward:gemv', 'split', 'split'),
+}
+
+
+def test_model_registry_plans():
+  got = {m.case.name: plans(m.case) for m in MODEL_LAYERS}
+  assert got == REGISTRY_PLANS
+
+
+def test_plan_thresholds_are_what_python_reads():
+  from jax_flashdwc import conv
+
+  t = _ffi.plan_thresholds()
+  assert (conv._TALL_MIN_KERNEL_H, conv._TALL_MAX_KERNEL_W) == (t["tall_filter_min_kernel_h"],
+                                                                 t["tall_filter_max_kernel_w"])
+  # The plan's thresholds, as the tests above exercise them.
+  assert t["fwd_mma_min_kernel_w"] == 6 and t["bwd_filter_mma_min_kernel_w"] == 9
+  assert t["bwd_filter_gemv_min_kernel_w"] == 27 and t["bwd_filter_rowstream_min_out_w"] == 32
+
+
+def test_input_gradient_plan():
+  p = dict(channels=256, in_h=64, in_w=64, out_h=64, out_w=64, kernel_h=7, kernel_w=7, pad_top=3, pad_left=3)
+  assert _native.plan_bwd_data(p, half_precision=True, device=H100) == "forward:mma"
+  assert _native.plan_bwd_data({**p, "kernel_h": 3, "kernel_w": 3}, half_precision=True, device=H100) == \
+      "forward:regfilter"
+  assert _native.plan_bwd_data({**p, "stride_h": 2, "stride_w": 2, "out_h": 32, "out_w": 32}, device=H100) == "gather"
+
+
 def test_filter_gradient_tensor_core_bounds():
-  _skip_without_gpu()
-  native = _ffi._jax_flashdwc
+  native = _native
 
   def pick(kw, w, half_precision=True):
-    return native.cuda_bwd_filter_kernel(channels=256, in_h=64, in_w=w, out_w=w, kernel_h=kw, kernel_w=kw,
+    return _bwd_filter(channels=256, in_h=64, in_w=w, out_w=w, kernel_h=kw, kernel_w=kw,
                                          stride_h=1, stride_w=1, dilation_h=1, dilation_w=1,
                                          half_precision=half_precision)
 
   assert pick(9, 64) == "mma" and pick(9, 32) == "mma" and pick(9, 8) == "mma"  # from 9 taps, any map
   assert pick(13, 32) == "mma" and pick(13, 8) == "mma"
   assert pick(7, 128) == "mma" and pick(7, 14) == "mma" and pick(7, 13) != "mma"  # k = 7 from 14 columns
-  convnext = [native.cuda_bwd_filter_kernel(channels=c, in_h=w, in_w=w, out_w=w, kernel_h=7, kernel_w=7, stride_h=1,
+  convnext = [_bwd_filter(channels=c, in_h=w, in_w=w, out_w=w, kernel_h=7, kernel_w=7, stride_h=1,
                                             stride_w=1, dilation_h=1, dilation_w=1, half_precision=True)
               for w, c in ((56, 96), (28, 192), (14, 384), (7, 768))]
   assert convnext == ["mma", "mma", "mma", "split"]  # ConvNeXt-T's four stages
@@ -186,12 +329,11 @@ def test_filter_gradient_tensor_core_bounds():
   assert pick(27, 128, half_precision=False) == "gemv" and pick(21, 128, half_precision=False) == "split"
 
 
-@pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
 def test_filter_gradient_rowstream_takes_only_the_shapes_it_was_timed_faster_on():
-  native = _ffi._jax_flashdwc
+  native = _native
 
   def pick(k, w, c, half_precision=True, kh=None):
-    return native.cuda_bwd_filter_kernel(channels=c, in_h=w, in_w=w, out_w=w, kernel_h=kh or k, kernel_w=k,
+    return _bwd_filter(channels=c, in_h=w, in_w=w, out_w=w, kernel_h=kh or k, kernel_w=k,
                                          stride_h=1, stride_w=1, dilation_h=1, dilation_w=1,
                                          half_precision=half_precision)
 
@@ -206,9 +348,8 @@ def test_filter_gradient_rowstream_takes_only_the_shapes_it_was_timed_faster_on(
   assert pick(3, 64, 256, kh=7) == "rowstream" and pick(3, 64, 256, kh=8) == "split"
 
 
-@pytest.mark.skipif(not _ffi.cuda_available(), reason="built without CUDA")
 def test_filter_gradient_tiling():
-  tiling = _ffi._jax_flashdwc.cuda_bwd_filter_tiling
+  tiling = _tiling
   # (channels per thread, taps per thread, filter rows per thread), square filters at stride 1.
   # fp16/bf16: 16-byte loads (width 8) where they waste no more taps, else 4 channels; one row.
   assert tiling(3, half_precision=True) == (8, 3, 1)  # 3 taps against width 4's TM 4
