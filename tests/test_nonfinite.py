@@ -33,9 +33,9 @@ def _uses_tensor_cores(case, dtype, device):
     return False
   sh, sw = pair(case.strides)
   dh, dw = pair(case.dilation)
-  return _ffi._jax_flashdwc.cuda_forward_kernel(
-      channels=case.c, out_w=case.w, kernel_w=case.kw, stride_w=sw, dilation_w=dw, half_precision=True,
-      kernel_h=case.kh, stride_h=sh, dilation_h=dh) == "mma"
+  problem = dict(channels=case.c, in_w=case.w, out_w=case.w, in_h=64, out_h=64, kernel_w=case.kw,
+                 kernel_h=case.kh, stride_w=sw, stride_h=sh, dilation_w=dw, dilation_h=dh)
+  return _ffi._jax_flashdwc.plan_fwd(problem, half_precision=True) == "mma"
 
 
 def _check(out, ref, exact, case):
