@@ -45,7 +45,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 from shapes import MODEL_LAYERS  # noqa: E402
 
-from jax_flashdwc import conv as conv_module, depthwise_conv2d  # noqa: E402
+from jax_flashdwc import conv as conv_module, depthwise_conv2d, routing  # noqa: E402
 from jax_flashdwc._geometry import make_geometry  # noqa: E402
 
 PASSES = ("fwd", "dx", "dw")
@@ -169,6 +169,58 @@ def measure(layer, pass_name, dtype, key):
   }
 
 
+def plot(path):
+  """speedup over XLA per layer and pass, one panel per dtype, next to the CSV."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  with open(path) as f:
+    rows = list(csv.DictReader(f))
+  dtypes = sorted({r["dtype"] for r in rows})
+  fig, axes = plt.subplots(len(dtypes), 1, figsize=(14, 4.5 * len(dtypes)), squeeze=False)
+  for ax, dtype in zip(axes[:, 0], dtypes):
+    sub = [r for r in rows if r["dtype"] == dtype]
+    layers = list(dict.fromkeys(f"{r['model']}/{r['layer']}" for r in sub))
+    for i, pass_name in enumerate(PASSES):
+      xs, ys = [], []
+      for r in sub:
+        if r["pass"] == pass_name:
+          xs.append(layers.index(f"{r['model']}/{r['layer']}") + (i - 1) * 0.27)
+          ys.append(float(r["speedup"]))
+      ax.bar(xs, ys, width=0.27, label=pass_name)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(layers)))
+    ax.set_xticklabels(layers, rotation=75, ha="right", fontsize=7)
+    ax.set_ylabel("speedup: XLA time / ours")
+    ax.set_title(f"{dtype}, {sub[0]['gpu']}, jax {sub[0]['jax_version']}, commit {sub[0]['commit']}")
+    ax.legend()
+  fig.tight_layout()
+  out = os.path.splitext(path)[0] + ".png"
+  fig.savefig(out, dpi=110)
+  print(f"wrote {out}")
+
+
+def reroute(path):
+  """Rewrites the CSV's route and auto_speedup columns from routing.py's current rule
+  (the user's speedup under implementation=None: 1 where the rule picks XLA, whose
+  time the row measured, else the measured speedup)."""
+  with open(path) as f:
+    rows = list(csv.DictReader(f))
+  layers = {(l.model, l.layer): l.case for l in MODEL_LAYERS}
+  for row in rows:
+    case, dtype = layers[(row["model"], row["layer"])], jnp.dtype(row["dtype"])
+    x = jax.ShapeDtypeStruct(case.x_shape, dtype)
+    geometry = make_geometry(x, jax.ShapeDtypeStruct(case.kernel_shape, dtype), case.strides, case.padding,
+                             case.dilation)
+    row["route"] = routing.route(row["pass"], x, (case.kh, case.kw), geometry)
+    row["auto_speedup"] = "1.000" if row["route"] == "xla" else row["speedup"]
+  with open(path, "w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=FIELDS)
+    writer.writeheader()
+    writer.writerows(rows)
+
+
 def provenance():
   driver = "unknown"
   try:
@@ -201,7 +253,15 @@ def main(argv=None):
   parser.add_argument("--compilation-cache", default=None, metavar="DIR")
   parser.add_argument("--dilation", choices=["subgrid", "direct"], default="subgrid",
                       help="dilated stride-1 problems on sub-grids (the library's default) or the direct kernels")
+  parser.add_argument("--plot", default=None, metavar="CSV", help="only draw CSV's plot")
+  parser.add_argument("--reroute", default=None, metavar="CSV",
+                      help="only refill CSV's route and auto_speedup columns from routing.py")
   args = parser.parse_args(argv)
+  if args.reroute or args.plot:
+    if args.reroute:
+      reroute(args.reroute)
+    plot(args.plot or args.reroute)
+    return 0
   conv_module.SUBGRID_DILATION = args.dilation == "subgrid"
   if args.compilation_cache:
     jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
