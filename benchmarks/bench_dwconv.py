@@ -69,8 +69,8 @@ MAX_CALLS_PER_SAMPLE = 100
 # A function's timed samples stop at --samples or at MAX_TIMED_SECONDS of timed
 # calls, whichever comes first, but never below MIN_SAMPLES. XLA's bf16 filter
 # gradient takes 0.26-2.7 s a call on the 128x128x128x128 map on the H200, and 20
-# samples of each made the 27-point bwd_filter run outlast a 10-minute device call
-# (thirteenth session); a median of 5 calls of 1 s or more is not what limits it.
+# samples of each made the 27-point bwd_filter run outlast a 10-minute device call;
+# a median of 5 calls of 1 s or more is not what limits it.
 MAX_TIMED_SECONDS = 6.0
 MIN_SAMPLES = 5
 
@@ -127,7 +127,7 @@ def time_fn(fn, arg_sets, samples):
   # Where calls are short, two more probes (also warm-up), and the fastest sets the
   # calls per sample: one slow probe (a host hiccup) once gave points of 0.35-1.1 ms
   # 5-6 calls a sample instead of 16-42, and those read 6-13% slow on the H200
-  # (docs/design-notes.md, thirtieth session). A call of 25 ms or more has had two
+  # (docs/design-notes.md). A call of 25 ms or more has had two
   # already (the compile call and the probe): XLA's filter gradient takes 0.3-1 s a
   # call at large k on the H200, and more probes would be more of its 25 calls a point.
   if single < MIN_SAMPLE_SECONDS:
@@ -243,7 +243,7 @@ def main(argv=None):
   if args.skip_xla:
     # XLA then only computes the reference that gates each point, so its choice of
     # algorithm does not matter: autotuning it took most of a point's wall time (bf16
-    # forward, eighteenth session: 37-108 s a point at k = 51).
+    # forward: 37-108 s a point at k = 51).
     xla_flags.append("--xla_gpu_autotune_level=0")
   if xla_flags:
     os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", "")] + xla_flags).strip()

@@ -11,8 +11,7 @@ nothing else.
 
 (`.ci/gpu profile "jax bwd_filter float32 128 128 128 128 3 xla"` runs it.) Without
 ncu, or without a GPU, it runs the same calls and prints the captured call's time,
-which checks that the point runs. Not yet tried under ncu (written in the
-twenty-first session, after its device time was spent).
+which checks that the point runs.
 """
 
 import argparse

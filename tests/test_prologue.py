@@ -62,8 +62,7 @@ def _check_prologue_forward(case, dtype, input_activation, device):
   # And the prologue's own rounding in fp32, on both sides: x * scale + shift is two
   # roundings of up to eps32 * |x * scale| each way (one if the kernel fuses it),
   # which is not bounded by |x'| where the shift cancels x * scale (fp32 relu failed
-  # by 10% of the tolerance without this term, 2 of 925 GPU tests in the
-  # twenty-first session).
+  # by 10% of the tolerance without this term, in 2 of 925 GPU tests).
   pre = np.asarray(oracle(np.abs(x * scale) + np.abs(shift), np.abs(w), case), np.float64)
   eps = EPS[jnp.dtype(dtype)]
   eps32 = EPS[jnp.dtype(jnp.float32)]

@@ -3,7 +3,7 @@
 // quote (4.18 TB/s on the H200). Why: fp32 k = 3 reads 2.15 GB on 128x128x128x128,
 // XLA's filter gradient takes 0.524 ms there (4.10 TB/s, 98% of the copy rate) and
 // ours 0.613 ms; whether a kernel that only reads can go faster than a copy decides
-// how much room there is (docs/design-notes.md, twenty-first session).
+// how much room there is (docs/design-notes.md).
 // Build (from the repository root) and run:
 //   nvcc -std=c++17 -arch=sm_90 -O3 -Icsrc benchmarks/cuda/read_bandwidth.cu -o read_bandwidth
 //   ./read_bandwidth [MiB per array, default 1024]

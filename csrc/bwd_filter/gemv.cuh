@@ -44,7 +44,7 @@ inline DwConvParams bwd_filter_as_fwd(const DwConvParams& p) {
 // segments numbered across rows; at KW = 51 (7 segments a row) a block read up to 8
 // x rows, and none of it stayed in L1 from one dy row to the next on 128-wide maps
 // (137 GB of L1 misses at fp32 128^4 k = 51 on the H200, 58.5% L1 hits, 26.8
-// TFLOP/s; 69.5% and 29.9 TFLOP/s on the 64-wide map; twenty-second session).
+// TFLOP/s; 69.5% and 29.9 TFLOP/s on the 64-wide map).
 inline constexpr int kBwdFilterGemvMaxWarps = 8;
 
 struct BwdFilterGemvGrid {

@@ -211,7 +211,7 @@ cudaError_t launch_bwd_filter_gemv(const DwConvParams& p, const float* x, const 
 // per strip and channel block as fill every SM's resident blocks once. Before, runs
 // stayed inside one image, about 2048 blocks: 5.2 waves of the 396 resident at fp32
 // k = 3 on 128x128x128x128 and 128x64x64x256 on the H200, and 1.9 on 64x56x56x96.
-// Kernel-level A/B on the H200 (twenty-second session), both kernels with their copy
+// Kernel-level A/B on the H200, both kernels with their copy
 // offsets set once: one wave took 0.95 / 0.91 of the time at fp32 k = 3 on those two
 // maps, 0.84 on 64x56x56x96, 0.92-1.00 at k = 5 and 7 and bf16 k = 3 and 5, but
 // 1.01-1.09 on 128x32x32x1024 (10.3 waves before, the 6 rows between two images at

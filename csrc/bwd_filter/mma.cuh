@@ -27,7 +27,7 @@
 // only the words the A and B loads read are staged (24 of 48 x words and 16 of 36
 // dy words on a 32-column map), and the ring slots come from one remainder per
 // stage: 23 instructions per MMA, and against the split kernel, kernel level,
-// 1.29 -> 0.67 ms on that map (docs/design-notes.md, thirteenth session).
+// 1.29 -> 0.67 ms on that map (docs/design-notes.md).
 //
 // A is Toeplitz (A[r][c] depends on r + c), so a lane's four A registers are the
 // column pairs starting at e, e + 8, e + 8 and e + 16 of the input plane, with

@@ -45,7 +45,7 @@ inline constexpr int64_t kMmaBwdFilterMinRowsPerRingRow = 2;
 // at most 32 columns wide, 4 at 64, 2 at 128, one from 256. Against 8 K tiles (half
 // the rows, so 6 blocks an SM fit on 32-column maps instead of 4), the H200 timed
 // 1.00-1.02 on 32-column maps and 1.02-1.15 slower elsewhere (k = 31 on 128^4 3.30 ->
-// 3.71 ms; docs/design-notes.md, thirteenth session).
+// 3.71 ms; docs/design-notes.md).
 inline constexpr int kMmaBwdFilterStageKTiles = 16;
 inline constexpr int kMmaBwdFilterMaxStageRows = 8;
 

@@ -4,7 +4,7 @@
 //   dw[kh, kw, c] = sum over (n, oh, ow) of dy[n, oh, ow, c] * x[n, oh + kh - pad_top, ow + kw - pad_left, c]
 //
 // Why: at k <= 7 the split kernel ran at 0.79-0.99x XLA in bf16 and 0.50-0.54x in
-// fp32 at k = 3 on the H200 (docs/design-notes.md, ninth session), bound by neither
+// fp32 at k = 3 on the H200 (docs/design-notes.md), bound by neither
 // bytes nor FLOPs: each thread loads its columns straight from global memory and
 // its FMAs wait on them with nothing of the next step in flight, and every input
 // row is fetched once per filter row that meets it.

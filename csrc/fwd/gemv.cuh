@@ -124,7 +124,7 @@ __device__ __forceinline__ void gemv_row(float (&acc)[kTM][Vec16<T>::kWidth], co
   // keeps every column a row walks, padding included, below 2^31). The forward keeps
   // the 64-bit one: the 32-bit column alone made its fp32 128^4 forward 2-5% slower
   // at k = 9-51 (different register allocation, more spills), the filter gradient
-  // 1-3.5% faster (twenty-fifth session).
+  // 1-3.5% faster.
   using Column = std::conditional_t<kUnguardedInside, uint32_t, uint64_t>;
   const T* next_column = x_row + (base_iw + kw_begin + kWin - 1) * channels;
   Column next_iw = Column(base_iw + kw_begin + kWin - 1);
@@ -179,7 +179,7 @@ __device__ __forceinline__ void gemv_row(float (&acc)[kTM][Vec16<T>::kWidth], co
     // lose the compare and the select. The filter gradient runs every row checked
     // (its output-gradient "filter" is as wide as the map); there this made the fp32
     // kernel 0.92-0.96 of its time at k = 27-51 on the three paper maps (A/B in
-    // docs/design-notes.md, twenty-fifth session). The forward does not use it: its
+    // docs/design-notes.md). The forward does not use it: its
     // k = 9 and 17 points took 1.10-1.26x the time (more code, more spills) for
     // 0.94-0.98 at k = 51.
     auto chunk_inside = [&] {

@@ -100,7 +100,7 @@ cudaError_t launch_fwd_gemv_stride(const DwConvParams& p, const T* x, const T* w
 // take twice the blocks: at k = 3, 4096 took 0.97-0.98 of 2048's time on 128^4 (16
 // rows a block against 32) and 0.99-1.005 on the other paper maps, in all three
 // dtypes; at k = 5 and 7 (4 and 6 halo rows) it read 0.97-1.02, above 1.01 at two
-// points, so deeper filters keep 2048 (docs/design-notes.md, twenty-seventh session).
+// points, so deeper filters keep 2048 (docs/design-notes.md).
 constexpr int64_t kRowStreamTargetBlocks = 2048;
 constexpr int64_t kRowStreamTargetBlocksShallow = 4096;
 constexpr int64_t kRowStreamShallowKernelH = 3;

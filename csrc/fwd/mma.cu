@@ -71,7 +71,7 @@ MmaFwdGrid with_nine_row_chunks(const DwConvParams& p, const DeviceLimits& d, co
 // blocks on an SM. One image a strip only: on maps 64 wide and narrower (2 or 4
 // images a strip, longer tile rows) it took 1.00-1.06 of dwconv_fwd_mma_kernel's
 // time at k = 7 and 9, with 8 look-ahead rows or the 6 and 4 that fit there
-// (docs/design-notes.md, twenty-seventh session).
+// (docs/design-notes.md).
 std::optional<MmaFwdGrid> stream_grid(const DwConvParams& p, const DeviceLimits& d, int split, int tiles) {
   if (split != 1) return std::nullopt;
   for (int copies : {2, 1}) {
@@ -124,7 +124,7 @@ constexpr int64_t kChunkedTilesL2Tenths = 6;
 // the L2 because the blocks running at the same time are vertical neighbours, with T
 // tiles a block they are T tiles apart and the rows must stay in the L2 for a tile's
 // time. Measured on the H200 (bf16 and fp16, 4 tiles a block against one;
-// docs/design-notes.md, thirty-first session): 0.96-0.985 of the time at 27-36 MB of
+// docs/design-notes.md): 0.96-0.985 of the time at 27-36 MB of
 // windows (k = 13 on the 32- and 64-wide maps, 17 on the 64- and 128-wide ones, 21 on
 // the 128-wide one), 1.00-1.01 at 39 MB, 1.03 at 42-53 MB (k = 21 on the narrow maps,
 // 31 on the 128-wide one).
@@ -170,7 +170,7 @@ MmaFwdGrid choose_mma_fwd_grid(const DwConvParams& p, int tiles_per_block, bool 
   }
   // One filter copy where that lets a second block onto the SM: the kernel is then
   // latency-bound at 8 warps (bf16 k = 31 on 128x64x64x256: 123 KB a block, 12.5%
-  // occupancy, SM 35% busy; docs/design-notes.md, sixteenth session), and a pair at
+  // occupancy, SM 35% busy; docs/design-notes.md), and a pair at
   // an odd tap costs one more shared load and a byte permute per B register.
   const MmaFwdGrid one_copy = make_mma_fwd_grid(p, g.split, 1, 1);
   const bool alone = resident_blocks(d, mma_fwd_smem_bytes(g)) == 1;
@@ -192,7 +192,7 @@ MmaFwdGrid choose_mma_fwd_grid(const DwConvParams& p, int tiles_per_block, bool 
   // stage and an 11-row x ring (k = 21 and 31 on maps 32 wide, k = 51 on maps 64
   // wide: 135 -> 94, 154 -> 107 and 148 -> 100 KB a block), at twice the stages and
   // barrier pairs a tile: 0.84, 0.90 and 0.85 of the time there on the H200 in bf16
-  // (kernel level, docs/design-notes.md, eighteenth session). Filters at most 9 tall
+  // (kernel level, docs/design-notes.md). Filters at most 9 tall
   // keep their 8- or 9-row chunks and the tiles per block below.
   if (alone && p.kernel_h > MmaFwdTraits::kTallChunk) {
     for (int copies : {2, 1}) {

@@ -13,8 +13,7 @@
 // starts 8 apart every A row begins on a 16-byte boundary, so the A fragment is one
 // ldmatrix.x4 instead of four 32-bit loads, or eight loads and four byte permutes
 // where 9f is odd, and F = max(1, ceil((KW - 1) / 8)) is ceil(KW / 9) for every
-// paper size but 51 (7 fragments against 6). Measured in docs/design-notes.md,
-// twenty-sixth session.
+// paper size but 51 (7 fragments against 6). Measured in docs/design-notes.md.
 //
 // Row reuse. A warp owns 8 output rows r of a strip and keeps their 8 C
 // fragments in registers. Output row r at filter row kh reads tile row r + kh,
@@ -290,8 +289,7 @@ __device__ __forceinline__ void load_raw_unit(const unsigned char* raw, int unit
 // instructions an item at bf16 with 2 images a strip (a loop turn of 2 items is 109,
 // 16 of them PRMT and 16 STS), where items 256 apart in row-major order, the row and
 // word carried from item to item, took about 78 with one image and 100 with 2 or 4
-// (the image of each word found again, 64-bit offsets; docs/design-notes.md,
-// twenty-eighth and twenty-ninth sessions). Two items of a row are loaded before
+// (the image of each word found again, 64-bit offsets; docs/design-notes.md). Two items of a row are loaded before
 // either is stored. Against that loop: 0.95-0.98 at k = 9-31 on the 32- and 64-wide
 // maps (bf16; 1.00 at fp16 k = 7 on the 32-wide one), 0.97 and 0.99 at k = 17 and 31
 // on 128x128x128x128, 1.03 at k = 7 there (the streaming kernel, which stages this
@@ -433,7 +431,7 @@ __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __rest
 // this loop took about 100 SASS instructions a tap, 10% of the kernel's instructions
 // and of its stall samples at bf16 k = 17 on 128x128x128x128 (Nsight Compute, 318e754);
 // by words, 0.97-0.995 of that loop's kernel time at k = 7-51 (bf16 and fp16 on the
-// H200; docs/design-notes.md, thirtieth session). Holding a batch of tap loads in
+// H200; docs/design-notes.md). Holding a batch of tap loads in
 // registers across stage_input instead was 4-18% slower at every point.
 template <bool kVec, bool kOneCopy>
 __device__ __forceinline__ void stage_filter(uint16_t* fs, const uint16_t* __restrict__ w, const DwConvParams& p,
@@ -701,7 +699,7 @@ __device__ __forceinline__ void store_tile(
 // kLongChunks: chunks of more than kTallChunk filter rows (several tiles a block at
 // KH 10-13, MmaFwdGrid::filter_rows > 9), run as MMA runs of at most 9; a separate
 // instantiation, since the run loop alone raised the hot kernels' spills (12/28 ->
-// 20/56 bytes) and cost 1-2% at k = 9 on 128x64x64x256 (twenty-eighth session).
+// 20/56 bytes) and cost 1-2% at k = 9 on 128x64x64x256.
 template <typename T, bool kVec, bool kPrologue, bool kNarrow, bool kOneCopy, bool kLongChunks = false>
 __global__ void __launch_bounds__(MmaFwdTraits::kThreads, 2)
 dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, T* __restrict__ y_ptr,

@@ -19,7 +19,7 @@
 // stage) is staged once a block, and a block takes up to 16 tiles (the other
 // kernel 4). Needs 16-byte pixels (C % 8 == 0 and aligned pointers: kVec).
 //
-// Measured on the H200 (docs/design-notes.md, twenty-seventh session): 0.90-0.97 of
+// Measured on the H200 (docs/design-notes.md): 0.90-0.97 of
 // the time before at k = 7-9 on 128^4, of which the look-ahead itself is 0-2.5% and
 // the rest the 8 tiles a block and the output store; the kernel is bound by its
 // bookkeeping instructions more than by the loads. On maps 64 wide and narrower (2
@@ -42,7 +42,7 @@ namespace mma_fwd {
 // (up to three: tile_cols = 8F + 128, F <= 17) and walks down the rows with one
 // pointer add a copy: walking units kThreads apart instead took 49 instructions a
 // copy (Nsight Compute, bf16 k = 9 on 128^4, 16% of the kernel's instructions;
-// docs/design-notes.md, twenty-seventh session).
+// docs/design-notes.md).
 __device__ __forceinline__ void issue_raw_rows(unsigned char* raw, const uint16_t* __restrict__ x,
                                                const DwConvParams& p, const MmaFwdGrid& g, int row_begin,
                                                int row_end) {
@@ -89,7 +89,7 @@ __device__ __forceinline__ void issue_raw_rows(unsigned char* raw, const uint16_
 // matrix (row g = channel g's 8 columns, 16 bytes of its plane); one x4 pair moves
 // 4 of them, 256 elements, where stage_input's transpose through registers took
 // about 70 instructions a thread for 16 (Nsight Compute, bf16 k = 7 on 128^4: 14% of
-// the kernel's instructions; docs/design-notes.md, twenty-eighth session). Matrix m =
+// the kernel's instructions; docs/design-notes.md). Matrix m =
 // 4k + i of step k is column group 2k + i / 2, octet i % 2, so a lane's two
 // addresses advance by constants; a row with an odd number of column groups repeats
 // its last group's two matrices in the last step (the same values to the same

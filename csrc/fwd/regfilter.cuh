@@ -6,16 +6,16 @@
 // every 32 FMAs, which makes it shared-memory bound at about two thirds of the FMA
 // rate, and the tensor-core kernels run at about twice their byte floor, bound by
 // their bookkeeping instructions (the NHWC-to-planes transposes, the output through
-// shared memory, the per-tile set-up; docs/design-notes.md, twenty-eighth session). A
+// shared memory, the per-tile set-up; docs/design-notes.md). A
 // thread that holds one channel pair's whole filter in registers spends most of its
 // issue slots on FMAs: at k = 5 and 4 outputs a row, 200 FMAs a row against 2 copies
 // (16 bytes a lane), 8 loads, 16 conversions and the stores. Measured on the H200
-// (kernel A/B, thirty-third session): at 5x5, 0.830 and 0.871 of the row-stream
+// (kernel A/B): at 5x5, 0.830 and 0.871 of the row-stream
 // kernel's time in bf16 and 0.846 and 0.919 in fp16 on 128x64x64x256 and
 // 128x32x32x1024, and 0.946 and 0.881 of the tensor-core kernel's on 128^4; at 3x3,
 // with 8 outputs a thread, 0.95-0.99 of the row-stream kernel's on the three maps;
 // both 0.38-0.87 of it on maps under 32 columns. An earlier build with a 4-byte copy a word
-// (thirty-second session) took 1.07-1.12 of the row-stream kernel's time at 3x3 and
+// took 1.07-1.12 of the row-stream kernel's time at 3x3 and
 // about 1.9 of the tensor-core kernel's at 7x7 (the filter and accumulators of 7x7
 // fit only 2 outputs a thread).
 //

@@ -24,7 +24,7 @@
 // (2 + KW - 1) / 2 outputs instead of (4 + KW - 1) / 4, and each filter tap 2 instead
 // of 4; bf16 128x32x32x1024 took 0.189, 0.402 and 0.745 ms at k = 3, 5 and 7
 // against 0.167, 0.316 and 0.562 ms for the same outputs on 128x64x64x256 at kTM = 4
-// (H200, docs/design-notes.md, twentieth session).
+// (H200, docs/design-notes.md).
 //
 // Prologue (epilogue.h, kPrologue): each thread applies it to the chunks it copied,
 // once a row has landed and before the barrier that publishes the row, so every
@@ -124,7 +124,7 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
   const int kernel_h = int(p.kernel_h);
   // Channel blocks vary fastest, so that the blocks resident together read all C
   // channels of the same pixels rather than one 128-byte slice of many: 0.93-1.00
-  // of the time at k = 3 on the H200 (docs/design-notes.md, eighteenth session).
+  // of the time at k = 3 on the H200 (docs/design-notes.md).
   const int64_t spatial = int64_t(blockIdx.x) / grid.channel_blocks;
   const int64_t strip = spatial % grid.strips;
   const int64_t row_block = (spatial / grid.strips) % grid.row_blocks;
@@ -144,7 +144,7 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
   // within a row are computed once, -1 where the chunk lies outside the image or past
   // C (in_w * C fits 32 bits: can_implement_fwd_rowstream). Computed per copy, the indexing
   // took about 37 SASS instructions per 16-byte copy (bf16, kTM 4, KW 3: 142 per 4
-  // copies), about 18% of a row's instructions at k = 3, where the seventh session's
+  // copies), about 18% of a row's instructions at k = 3, where an Nsight Compute
   // profile found the narrow strips bound by integer instructions.
   // With two images a strip, bit i of second_image says that copy i is of image n + 1
   // (invalid past the batch).
@@ -156,7 +156,7 @@ dwconv_fwd_rowstream_kernel(const T* __restrict__ x, const T* __restrict__ w, T*
     const int q = threadIdx.x + i * Tr::kThreads;
     const int col = q / Tr::kChannelGroups;
     // Constant for one image, so that the copy loop's image offset folds away (it cost
-    // 3.5% at bf16 128x64x64x256 k = 5 on the H200 when computed, twenty-first session).
+    // 3.5% at bf16 128x64x64x256 k = 5 on the H200 when computed).
     const int image = kImages == 1 ? 0 : col / kSubColumns;
     const int64_t iw = iw_begin + (kImages == 1 ? col : col % kSubColumns);
     const int64_t c = channel_base + (q % Tr::kChannelGroups) * kWidth;

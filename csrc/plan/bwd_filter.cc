@@ -73,7 +73,7 @@ int64_t bwd_filter_taps_computed(const DwConvParams& p, int tm) { return (p.kern
 // Filter rows per thread for width 1 (fp32, stride 1, no dilation): one x load then
 // serves them all, each with its own dy load (bwd_filter_split.cuh, "Rows"), so a
 // column step costs rows + 1 loads for rows x TM FMAs instead of 2 for TM. Measured
-// on the H200 (kernel-level, fp32, ms, one row -> 2 / 3 / 4; sixteenth session):
+// on the H200 (kernel-level, fp32, ms, one row -> 2 / 3 / 4):
 //   k = 9 (TM 9):    128x64x64x256 2.07 -> 2.10 / 1.56 / 2.08, 128^4 3.92 -> 4.23 /
 //                    2.98 / 4.14, 128x32x32x1024 2.38 -> 2.45 / 1.69 / 2.11;
 //   k = 17 (TM 9):   128x64x64x256 5.37 -> 4.89 / 4.26 / 5.57;
