@@ -93,7 +93,7 @@ cudaError_t launch_fwd_gemv_stride(const DwConvParams& p, const T* x, const T* w
 // output is at most 32 wide, so that narrow images do not leave half of every strip
 // idle, two images a strip at 4 (fp16/bf16 over at least two images; fwd_rowstream.cuh)
 // or one image at 2 (fp32, whose 32-wide maps ran as fast as its 64-wide ones per
-// output at k = 3 on the H200: 0.355 and 0.356 ms, eaaae13; and single images).
+// output at k = 3 on the H200: 0.355 and 0.356 ms; and single images).
 // Blocks: enough for several waves on an H200 (132 SMs, up to 4 resident blocks of 128
 // threads each), in runs of at least 16 output rows so that the KH - 1 halo rows a
 // block reads twice stay a small fraction. Filters at most 3 rows tall (2 halo rows)

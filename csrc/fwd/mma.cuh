@@ -429,7 +429,7 @@ __device__ __forceinline__ void stage_input(uint32_t* xs, const uint16_t* __rest
 // two copies), stored as one 32-bit word per channel and copy. Copy 1's last element,
 // tap wp - kFilterPad >= KW + 7, is a zero. With an item of one tap and 16-bit stores
 // this loop took about 100 SASS instructions a tap, 10% of the kernel's instructions
-// and of its stall samples at bf16 k = 17 on 128x128x128x128 (Nsight Compute, 318e754);
+// and of its stall samples at bf16 k = 17 on 128x128x128x128 (Nsight Compute);
 // by words, 0.97-0.995 of that loop's kernel time at k = 7-51 (bf16 and fp16 on the
 // H200; docs/design-notes.md). Holding a batch of tap loads in
 // registers across stage_input instead was 4-18% slower at every point.
