@@ -59,7 +59,10 @@ for i in "${!versions[@]}"; do
     echo "$side: working tree at $(git rev-parse --short HEAD) + $(git status --short | wc -l) changed paths" >>"$out/versions.txt"
   else
     src=$(mktemp -d)
-    git archive "$version" csrc benchmarks/cuda | tar -x -C "$src"
+    # tests/cuda holds the harness the programs share, where the version has one.
+    paths=(csrc benchmarks/cuda)
+    git cat-file -e "$version:tests/cuda/harness.cuh" 2>/dev/null && paths+=(tests/cuda)
+    git archive "$version" "${paths[@]}" | tar -x -C "$src"
     echo "$side: $(git rev-parse --short "$version") ($version)" >>"$out/versions.txt"
   fi
   for harness in "${harnesses[@]}"; do

@@ -19,7 +19,7 @@
 #include <type_traits>
 
 #include "common/mma_sync.cuh"
-#include "median_launch_ms.cuh"
+#include "../../tests/cuda/harness.cuh"
 
 namespace {
 
@@ -83,11 +83,8 @@ int main() {
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, device);
   std::printf("%s, %d SMs\n", prop.name, sms);
-  float* out = nullptr;
-  if (cudaMalloc(&out, size_t(sms) * 64 * kThreads * sizeof(float)) != cudaSuccess) {
-    std::printf("cudaMalloc failed\n");
-    return 1;
-  }
+  DeviceBuffer<float> out_buffer(int64_t(sms) * 64 * kThreads);
+  float* out = out_buffer.get();
   const int mma_iters = 1 << 14, ffma_iters = 1 << 16;
   // An m16n8k16 is 4096 FLOPs for the warp: 128 a thread.
   for (int warps : {4, 8, 16, 32}) {
@@ -101,6 +98,5 @@ int main() {
     report("fp32 fma", ffma_loop<4>, 4, warps, sms, out, ffma_iters, 4 * 2.0);
     report("fp32 fma", ffma_loop<8>, 8, warps, sms, out, ffma_iters, 8 * 2.0);
   }
-  cudaFree(out);
   return 0;
 }

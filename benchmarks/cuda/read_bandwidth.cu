@@ -13,8 +13,7 @@
 #include <cstdlib>
 
 #include "common/cp_async.cuh"
-#include "fill_uniform.cuh"
-#include "median_launch_ms.cuh"
+#include "../../tests/cuda/harness.cuh"
 
 namespace {
 
@@ -105,11 +104,11 @@ int main(int argc, char** argv) {
   const double bytes = 2.0 * n4 * 16;         // both arrays
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  float4 *a, *b;
-  float* out;
-  cudaMalloc(&a, n4 * 16);
-  cudaMalloc(&b, n4 * 16);
-  cudaMalloc(&out, size_t(sms) * 64 * 256 * sizeof(float));
+  DeviceBuffer<float4> a_buffer(n4), b_buffer(n4);
+  DeviceBuffer<float> out_buffer(int64_t(sms) * 64 * 256);
+  float4* a = a_buffer.get();
+  float4* b = b_buffer.get();
+  float* out = out_buffer.get();
   fill_uniform<<<1024, 256>>>(reinterpret_cast<float*>(a), n4 * 4, 1u);
   fill_uniform<<<1024, 256>>>(reinterpret_cast<float*>(b), n4 * 4, 2u);
   auto report = [&](const char* what, int blocks, float ms, double moved) {
@@ -138,8 +137,5 @@ int main(int argc, char** argv) {
     report("cp.async ring, depth 6 (48 KB)", blocks,
            median_launch_ms([&] { read_cp_async<6><<<blocks, 128>>>(a, b, tiles, out); }, 3, 20), bytes);
   }
-  cudaFree(a);
-  cudaFree(b);
-  cudaFree(out);
   return 0;
 }

@@ -9,56 +9,34 @@
 //   ./time_fwd <tag>
 // or, against the objects of an installed build (no second compile of the kernels):
 //   nvcc ... benchmarks/cuda/time_fwd.cu build/*/CMakeFiles/_jax_flashdwc.dir/csrc/{fwd,bwd_data,bwd_filter,plan}/*.o
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
-#include <string>
-#include <type_traits>
 #include <utility>
-#include <vector>
+
+#include "../../tests/cuda/harness.cuh"
 #include "fwd/launch.h"
-#include "fill_uniform.cuh"
-using flashdwc::DwConvParams;
+
 template <typename T>
 void point(const char* tag, int64_t n, int64_t h, int64_t w, int64_t c, int64_t k, int64_t s) {
-  DwConvParams p{};
-  p.batch = n, p.in_h = h, p.in_w = w, p.channels = c, p.kernel_h = p.kernel_w = k;
-  p.stride_h = p.stride_w = s, p.dilation_h = p.dilation_w = 1;
-  p.out_h = (h + s - 1) / s, p.out_w = (w + s - 1) / s;
-  int64_t ph = std::max<int64_t>((p.out_h - 1) * s + k - h, 0), pw = std::max<int64_t>((p.out_w - 1) * s + k - w, 0);
-  p.pad_top = ph / 2, p.pad_left = pw / 2;
-  const int64_t xe = n * h * w * c, ye = n * p.out_h * p.out_w * c;
-  T *x, *wt, *y;
-  cudaMalloc(&x, xe * sizeof(T)); cudaMalloc(&y, ye * sizeof(T)); cudaMalloc(&wt, k * k * c * sizeof(T));
-  fill_uniform<<<1024, 256>>>(x, xe, 1u);
-  fill_uniform<<<1024, 256>>>(wt, k * k * c, 2u);
-  cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
-  for (int i = 0; i < 3; ++i) flashdwc::run_dwconv_fwd(p, x, wt, y, nullptr);
-  std::vector<float> ms;
-  for (int i = 0; i < 20; ++i) {
-    cudaEventRecord(a); flashdwc::run_dwconv_fwd(p, x, wt, y, nullptr); cudaEventRecord(b);
-    cudaEventSynchronize(b); float t; cudaEventElapsedTime(&t, a, b); ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  std::printf("%s %s %lldx%lldx%lldx%lld k%lld s%lld %.3f ms %.1f TF/s %s\n", tag, sizeof(T) == 4 ? "f32" : std::is_same_v<T, __half> ? "f16" : "bf16",
-              (long long)n, (long long)h, (long long)w, (long long)c, (long long)k, (long long)s, ms[10],
-              2.0 * ye * k * k / ms[10] / 1e9, cudaGetErrorString(cudaGetLastError()));
-  cudaFree(x); cudaFree(y); cudaFree(wt);
+  const flashdwc::DwConvParams p = same_params(n, h, w, c, k, s);
+  const int64_t ye = n * p.out_h * p.out_w * c;
+  DeviceBuffer<T> x(n * h * w * c), y(ye), wt(k * k * c);
+  x.fill_uniform(1u);
+  wt.fill_uniform(2u);
+  const float ms = median_launch_ms([&] { flashdwc::run_dwconv_fwd(p, x.get(), wt.get(), y.get(), nullptr); }, 3, 20);
+  std::printf("%s %s %lldx%lldx%lldx%lld k%lld s%lld %.3f ms %.1f TF/s %s\n", tag, dtype_name<T>(), (long long)n,
+              (long long)h, (long long)w, (long long)c, (long long)k, (long long)s, ms, 2.0 * ye * k * k / ms / 1e9,
+              cudaGetErrorString(cudaGetLastError()));
 }
 // One point from the command line (for Nsight Compute, `.ci/gpu profile`):
 //   ./time_fwd <tag> f32|bf16|f16 N H W C K STRIDE
 bool point_from_args(int argc, char** argv) {
   if (argc != 9) return false;
-  const std::string dtype = argv[2];
   int64_t v[6];
   for (int i = 0; i < 6; ++i) v[i] = std::atoll(argv[3 + i]);
-  if (dtype == "f32") point<float>(argv[1], v[0], v[1], v[2], v[3], v[4], v[5]);
-  else if (dtype == "bf16") point<__nv_bfloat16>(argv[1], v[0], v[1], v[2], v[3], v[4], v[5]);
-  else if (dtype == "f16") point<__half>(argv[1], v[0], v[1], v[2], v[3], v[4], v[5]);
-  else std::fprintf(stderr, "dtype %s: expected f32, bf16 or f16\n", argv[2]);
+  if (!with_dtype(argv[2], [&](auto tag) { point<decltype(tag)>(argv[1], v[0], v[1], v[2], v[3], v[4], v[5]); })) {
+    std::fprintf(stderr, "dtype %s: expected f32, bf16 or f16\n", argv[2]);
+  }
   return true;
 }
 int main(int argc, char** argv) {

@@ -4,26 +4,17 @@
 //   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc \
 //        tests/cuda/check_bwd_filter_mma.cu csrc/bwd_filter/mma.cu csrc/plan/bwd_filter.cc -o check_bwd_filter_mma
 // Run: ./check_bwd_filter_mma
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <random>
-#include <type_traits>
 #include <vector>
 
-#include "check_helpers.cuh"
 #include "bwd_filter/mma.h"
 #include "common/launch.cuh"
+#include "harness.cuh"
 #include "plan/bwd_filter.h"
 
 using flashdwc::DwConvParams;
-
 
 struct Shape {
   const char* name;
@@ -37,51 +28,32 @@ Shape same(const char* name, int64_t n, int64_t h, int64_t w, int64_t c, int64_t
 // slices: 0 for atomic mode, else the deterministic slice count.
 template <typename T>
 bool run_shape(const Shape& s, std::mt19937& rng, int64_t slices) {
-  DwConvParams p{};
-  p.batch = s.n, p.in_h = s.h, p.in_w = s.w, p.out_h = s.out_h, p.out_w = s.out_w, p.channels = s.c;
-  p.kernel_h = s.kh, p.kernel_w = s.kw, p.stride_h = p.stride_w = 1, p.dilation_h = p.dilation_w = 1;
-  p.pad_top = s.pad_top, p.pad_left = s.pad_left;
-  const char* dt = std::is_same_v<T, __half> ? "f16" : "bf16";
+  const DwConvParams p = conv_params(s.n, s.h, s.w, s.c, s.kh, s.kw, s.pad_top, s.pad_left, s.out_h, s.out_w);
   if (!flashdwc::can_implement_bwd_filter_mma(p, true, flashdwc::device_limits())) {
-    std::printf("  %-30s %s: NOT SUPPORTED (unexpected)\n", s.name, dt);
+    std::printf("  %-30s %s: NOT SUPPORTED (unexpected)\n", s.name, dtype_name<T>());
     return false;
   }
-  const int64_t nx = p.batch * p.in_h * p.in_w * p.channels, ny = p.batch * p.out_h * p.out_w * p.channels;
   const int64_t taps = p.kernel_h * p.kernel_w * p.channels;
   const int64_t nslices = slices > 0 ? slices : 1;
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  std::vector<T> hx(nx), hdy(ny);
-  for (auto& v : hx) v = fromf<T>(u(rng));
-  for (auto& v : hdy) v = fromf<T>(u(rng));
-  T *dx, *ddy;
-  float* ws;
-  CK(cudaMalloc(&dx, nx * sizeof(T)));
-  CK(cudaMalloc(&ddy, ny * sizeof(T)));
-  CK(cudaMalloc(&ws, nslices * taps * sizeof(float)));
-  CK(cudaMemcpy(dx, hx.data(), nx * sizeof(T), cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(ddy, hdy.data(), ny * sizeof(T), cudaMemcpyHostToDevice));
+  const std::vector<T> hx = random_host<T>(p.batch * p.in_h * p.in_w * p.channels, rng);
+  const std::vector<T> hdy = random_host<T>(p.batch * p.out_h * p.out_w * p.channels, rng);
+  const DeviceBuffer<T> x(hx), dy(hdy);
+  DeviceBuffer<float> ws(nslices * taps);
   // Atomic mode adds into zeros; deterministic mode must write every slice whole, so
-  // its workspace starts as NaN (0xFF bytes) and an unwritten element fails.
-  CK(cudaMemset(ws, slices > 0 ? 0xFF : 0, nslices * taps * sizeof(float)));
-  CK(flashdwc::launch_bwd_filter_mma<T>(p, dx, ddy, ws, slices, 0));
+  // its workspace starts as NaN and an unwritten element fails.
+  ws.fill_bytes(slices > 0 ? 0xFF : 0);
+  CK(flashdwc::launch_bwd_filter_mma<T>(p, x.get(), dy.get(), ws.get(), slices, 0));
   CK(cudaDeviceSynchronize());
-  std::vector<float> hws(nslices * taps);
-  CK(cudaMemcpy(hws.data(), ws, hws.size() * sizeof(float), cudaMemcpyDeviceToHost));
-  CK(cudaFree(dx));
-  CK(cudaFree(ddy));
-  CK(cudaFree(ws));
-
+  const std::vector<float> hws = ws.download();
   // Deterministic mode's slices, summed.
-  const FilterGradientErrors e = compare_filter_gradient(p, hx, hdy, [&](int64_t i) {
+  const Mismatches m = compare_filter_gradient(p, hx, hdy, [&](int64_t i) {
     double got = 0;
     for (int64_t z = 0; z < nslices; ++z) got += hws[z * taps + i];
     return got;
   });
-  const int64_t bad = e.bad;
-  const double worst = e.worst;
-  std::printf("  %-30s %-4s slices %lld  %s  (%lld taps, %lld bad, worst err/mag %.2g)\n", s.name, dt,
-              (long long)slices, bad == 0 ? "ok  " : "FAIL", (long long)taps, (long long)bad, worst);
-  return bad == 0;
+  std::printf("  %-30s %-4s slices %lld  %s  (%lld taps, %lld bad, worst err/mag %.2g)\n", s.name, dtype_name<T>(),
+              (long long)slices, m.bad == 0 ? "ok  " : "FAIL", (long long)taps, (long long)m.bad, m.worst);
+  return m.bad == 0;
 }
 
 int main() {

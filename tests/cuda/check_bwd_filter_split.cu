@@ -9,18 +9,15 @@
 //   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc \
 //        tests/cuda/check_bwd_filter_split.cu csrc/bwd_filter/*.cu csrc/plan/bwd_filter.cc -o check_bwd_filter_split
 // Run: ./check_bwd_filter_split
-#include <cuda_runtime.h>
-
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <random>
 #include <vector>
 
-#include "check_helpers.cuh"
 #include "bwd_filter/launch.h"
 #include "common/launch.cuh"
+#include "harness.cuh"
 #include "plan/bwd_filter.h"
 
 using flashdwc::DwConvParams;
@@ -35,51 +32,30 @@ Shape same(const char* name, int64_t n, int64_t h, int64_t w, int64_t c, int64_t
 }
 
 bool run_shape(const Shape& s, std::mt19937& rng, bool deterministic) {
-  DwConvParams p{};
-  p.batch = s.n, p.in_h = s.h, p.in_w = s.w, p.channels = s.c;
-  p.kernel_h = s.kh, p.kernel_w = s.kw, p.stride_h = p.stride_w = s.stride, p.dilation_h = p.dilation_w = 1;
-  p.pad_top = s.pad_top, p.pad_left = s.pad_left;
   // "SAME"-style output size for the given padding on both sides.
-  p.out_h = (s.h + 2 * s.pad_top - s.kh) / s.stride + 1;
-  p.out_w = (s.w + 2 * s.pad_left - s.kw) / s.stride + 1;
+  const DwConvParams p = conv_params(s.n, s.h, s.w, s.c, s.kh, s.kw, s.pad_top, s.pad_left,
+                                     (s.h + 2 * s.pad_top - s.kh) / s.stride + 1,
+                                     (s.w + 2 * s.pad_left - s.kw) / s.stride + 1, s.stride);
   const flashdwc::BwdFilterTiling tiling = flashdwc::bwd_filter_tiling(p, false);
   const flashdwc::BwdFilterKernel kernel = flashdwc::plan_bwd_filter(p, false, deterministic, flashdwc::device_limits());
-  const char* kernel_name = kernel == flashdwc::BwdFilterKernel::kGemv    ? "gemv"
-                            : kernel == flashdwc::BwdFilterKernel::kSplit ? "split"
-                                                                          : "other";
-  const int64_t nx = p.batch * p.in_h * p.in_w * p.channels, ny = p.batch * p.out_h * p.out_w * p.channels;
   const int64_t taps = p.kernel_h * p.kernel_w * p.channels;
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  std::vector<float> hx(nx), hdy(ny);
-  for (auto& v : hx) v = u(rng);
-  for (auto& v : hdy) v = u(rng);
-  float *dx, *ddy, *ddw, *ws;
-  const int64_t ws_bytes = std::max<int64_t>(flashdwc::bwd_filter_workspace_bytes(p, deterministic, false), 4);
-  CK(cudaMalloc(&dx, nx * sizeof(float)));
-  CK(cudaMalloc(&ddy, ny * sizeof(float)));
-  CK(cudaMalloc(&ddw, taps * sizeof(float)));
-  CK(cudaMalloc(&ws, ws_bytes));
-  CK(cudaMemcpy(dx, hx.data(), nx * sizeof(float), cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(ddy, hdy.data(), ny * sizeof(float), cudaMemcpyHostToDevice));
-  // NaN (0xFF bytes) in the output and workspace: an element nobody writes fails.
-  CK(cudaMemset(ddw, 0xFF, taps * sizeof(float)));
-  CK(cudaMemset(ws, 0xFF, ws_bytes));
-  CK(flashdwc::run_dwconv_bwd_filter<float>(p, dx, ddy, ddw, ws, deterministic, 0));
+  const std::vector<float> hx = random_host<float>(p.batch * p.in_h * p.in_w * p.channels, rng);
+  const std::vector<float> hdy = random_host<float>(p.batch * p.out_h * p.out_w * p.channels, rng);
+  const DeviceBuffer<float> x(hx), dy(hdy);
+  DeviceBuffer<float> dw(taps);
+  DeviceBuffer<float> ws((std::max<int64_t>(flashdwc::bwd_filter_workspace_bytes(p, deterministic, false), 4) + 3) / 4);
+  // NaN in the output and workspace: an element nobody writes fails.
+  dw.fill_bytes(0xFF);
+  ws.fill_bytes(0xFF);
+  CK(flashdwc::run_dwconv_bwd_filter<float>(p, x.get(), dy.get(), dw.get(), ws.get(), deterministic, 0));
   CK(cudaDeviceSynchronize());
-  std::vector<float> hdw(taps);
-  CK(cudaMemcpy(hdw.data(), ddw, taps * sizeof(float), cudaMemcpyDeviceToHost));
-  CK(cudaFree(dx));
-  CK(cudaFree(ddy));
-  CK(cudaFree(ddw));
-  CK(cudaFree(ws));
-
-  const FilterGradientErrors e = compare_filter_gradient(p, hx, hdy, [&](int64_t i) { return double(hdw[i]); });
-  const int64_t bad = e.bad;
-  const double worst = e.worst;
+  const std::vector<float> hdw = dw.download();
+  const Mismatches m = compare_filter_gradient(p, hx, hdy, [&](int64_t i) { return double(hdw[i]); });
   std::printf("  %-28s %-5s width %d tm %2d rows %d %-13s %s (%lld taps, %lld bad, worst err/mag %.2g)\n", s.name,
-              kernel_name, tiling.width, tiling.tm, tiling.rows, deterministic ? "deterministic" : "atomic",
-              bad == 0 ? "ok  " : "FAIL", (long long)taps, (long long)bad, worst);
-  return bad == 0;
+              flashdwc::bwd_filter_kernel_name(kernel), tiling.width, tiling.tm, tiling.rows,
+              deterministic ? "deterministic" : "atomic", m.bad == 0 ? "ok  " : "FAIL", (long long)taps,
+              (long long)m.bad, m.worst);
+  return m.bad == 0;
 }
 
 int main() {

@@ -6,30 +6,18 @@
 // the kernel on the benchmark's bf16 points, median of 20 calls after warm-up)
 // Every shape runs once with the launcher's choice of output tiles per block and
 // once with each fixed count 1 to 4, 8 and 16.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <random>
-#include <string>
-#include <type_traits>
 #include <vector>
 
-#include "../../benchmarks/cuda/fill_uniform.cuh"
-#include "check_helpers.cuh"
 #include "common/launch.cuh"
 #include "fwd/mma.h"
+#include "harness.cuh"
 #include "plan/fwd.h"
 
 using flashdwc::DwConvParams;
-
-template <typename T> constexpr double unit_roundoff() { return std::is_same_v<T, __half> ? 1.0 / 2048 : 1.0 / 256; }
 
 struct Shape {
   const char* name;
@@ -46,151 +34,44 @@ Shape valid(const char* name, int64_t n, int64_t h, int64_t w, int64_t c, int64_
 }
 
 DwConvParams params_of(const Shape& s) {
-  DwConvParams p{};
-  p.batch = s.n, p.in_h = s.h, p.in_w = s.w, p.out_h = s.out_h, p.out_w = s.out_w, p.channels = s.c;
-  p.kernel_h = s.kh, p.kernel_w = s.kw, p.stride_h = 1, p.stride_w = 1, p.pad_top = s.pad_top;
-  p.pad_left = s.pad_left, p.dilation_h = 1, p.dilation_w = 1, p.flip_filter = s.flip;
-  return p;
+  return conv_params(s.n, s.h, s.w, s.c, s.kh, s.kw, s.pad_top, s.pad_left, s.out_h, s.out_w, 1, s.flip);
 }
-
-// Reference for one output element; also returns sum |x * w| for the tolerance.
-template <typename T>
-double ref_at(const DwConvParams& p, const std::vector<T>& x, const std::vector<T>& w, int64_t n, int64_t oh,
-              int64_t ow, int64_t c, double* mag) {
-  double acc = 0, m = 0;
-  for (int64_t kh = 0; kh < p.kernel_h; ++kh) {
-    const int64_t ih = oh - p.pad_top + kh;
-    if (ih < 0 || ih >= p.in_h) continue;
-    for (int64_t kw = 0; kw < p.kernel_w; ++kw) {
-      const int64_t iw = ow - p.pad_left + kw;
-      if (iw < 0 || iw >= p.in_w) continue;
-      const double xv = tof(x[((n * p.in_h + ih) * p.in_w + iw) * p.channels + c]);
-      const double wv = tof(w[flashdwc::filter_tap(p, kh, kw) * p.channels + c]);
-      acc += xv * wv;
-      m += std::fabs(xv * wv);
-    }
-  }
-  *mag = m;
-  return acc;
-}
-
-constexpr size_t kGuardBytes = 256;  // keeps 16-byte alignment of the tensor inside
-constexpr uint8_t kCanary = 0xA5;
 
 // tiles: output tiles per block passed to launch_fwd_mma (0: its own choice).
 template <typename T>
 bool run_shape(const Shape& s, std::mt19937& rng, int64_t samples, int tiles = 0) {
   const DwConvParams p = params_of(s);
   if (!flashdwc::can_implement_fwd_mma(p, true, flashdwc::device_limits())) {
-    std::printf("  %-28s %s: NOT SUPPORTED (unexpected)\n", s.name, std::is_same_v<T, __half> ? "f16" : "bf16");
+    std::printf("  %-28s %s: NOT SUPPORTED (unexpected)\n", s.name, dtype_name<T>());
     return false;
   }
-  const int64_t nx = p.batch * p.in_h * p.in_w * p.channels;
-  const int64_t nw = p.kernel_h * p.kernel_w * p.channels;
-  const int64_t ny = p.batch * p.out_h * p.out_w * p.channels;
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  std::vector<T> hx(nx), hw(nw), hy(ny);
-  for (auto& v : hx) v = fromf<T>(u(rng));
-  for (auto& v : hw) v = fromf<T>(u(rng));
-
-  uint8_t *dx, *dw, *dy;
-  CK(cudaMalloc(&dx, nx * sizeof(T)));
-  CK(cudaMalloc(&dw, nw * sizeof(T)));
-  CK(cudaMalloc(&dy, ny * sizeof(T) + 2 * kGuardBytes));
-  CK(cudaMemcpy(dx, hx.data(), nx * sizeof(T), cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(dw, hw.data(), nw * sizeof(T), cudaMemcpyHostToDevice));
-  CK(cudaMemset(dy, kCanary, kGuardBytes));
-  CK(cudaMemset(dy + kGuardBytes, 0xFF, ny * sizeof(T)));  // 0xFFFF is NaN in fp16 and bf16
-  CK(cudaMemset(dy + kGuardBytes + ny * sizeof(T), kCanary, kGuardBytes));
-  T* y = reinterpret_cast<T*>(dy + kGuardBytes);
-
-  CK(flashdwc::launch_fwd_mma<T>(p, reinterpret_cast<const T*>(dx), reinterpret_cast<const T*>(dw), y, 0, {}, {},
-                                 tiles));
+  const std::vector<T> hx = random_host<T>(p.batch * p.in_h * p.in_w * p.channels, rng);
+  const std::vector<T> hw = random_host<T>(p.kernel_h * p.kernel_w * p.channels, rng);
+  const DeviceBuffer<T> x(hx), w(hw);
+  const GuardedOutput<T> y(p.batch * p.out_h * p.out_w * p.channels);
+  CK(flashdwc::launch_fwd_mma<T>(p, x.get(), w.get(), y.get(), 0, {}, {}, tiles));
   CK(cudaDeviceSynchronize());
-  CK(cudaMemcpy(hy.data(), y, ny * sizeof(T), cudaMemcpyDeviceToHost));
-  std::vector<uint8_t> guard(2 * kGuardBytes);
-  CK(cudaMemcpy(guard.data(), dy, kGuardBytes, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(guard.data() + kGuardBytes, dy + kGuardBytes + ny * sizeof(T), kGuardBytes, cudaMemcpyDeviceToHost));
-  CK(cudaFree(dx));
-  CK(cudaFree(dw));
-  CK(cudaFree(dy));
-
-  bool ok = true;
-  for (uint8_t b : guard) ok &= b == kCanary;
+  bool ok = y.guards_intact();
   if (!ok) std::printf("  %s: guard bytes around y were overwritten\n", s.name);
-
-  int64_t bad = 0, checked = 0;
-  double worst = 0;
-  auto check_one = [&](int64_t idx) {
-    const int64_t c = idx % p.channels;
-    const int64_t ow = (idx / p.channels) % p.out_w;
-    const int64_t oh = (idx / p.channels / p.out_w) % p.out_h;
-    const int64_t n = idx / p.channels / p.out_w / p.out_h;
-    double mag;
-    const double r = ref_at(p, hx, hw, n, oh, ow, c, &mag);
-    const double got = tof(hy[idx]);
-    const double tol = 1.01 * unit_roundoff<T>() * std::fabs(r) + 1e-5 * mag + 1e-6;
-    const double err = std::fabs(got - r);
-    ++checked;
-    if (!(err <= tol)) {  // also catches NaN
-      if (bad < 5) {
-        std::printf("    mismatch n=%lld oh=%lld ow=%lld c=%lld: got %g want %g\n", (long long)n, (long long)oh,
-                    (long long)ow, (long long)c, got, r);
-      }
-      ++bad;
-    }
-    if (err == err && mag > 0) worst = std::max(worst, err / (std::fabs(r) + mag * 1e-3));
-  };
-  if (samples <= 0 || samples >= ny) {
-    for (int64_t i = 0; i < ny; ++i) check_one(i);
-  } else {
-    std::uniform_int_distribution<int64_t> pick(0, ny - 1);
-    for (int64_t i = 0; i < samples; ++i) check_one(pick(rng));
-    check_one(0);
-    check_one(ny - 1);
-  }
-  ok &= bad == 0;
+  const Mismatches m = compare_fwd<T>(p, hx, hw, y.download(), nullptr, samples, &rng);
+  ok &= m.bad == 0;
   std::printf("  %-28s %-4s tiles %d  %s  (%lld checked, %lld bad, worst scaled err %.3g)\n", s.name,
-              std::is_same_v<T, __half> ? "f16" : "bf16", tiles, ok ? "ok  " : "FAIL", (long long)checked,
-              (long long)bad, worst);
+              dtype_name<T>(), tiles, ok ? "ok  " : "FAIL", (long long)m.checked, (long long)m.bad, m.worst);
   return ok;
 }
 
 // Median time of launch_fwd_mma over 20 calls after 3 warm-up calls, on random bf16.
 void time_point(int64_t n, int64_t h, int64_t w, int64_t c, int64_t k) {
-  DwConvParams p{};
-  p.batch = n, p.in_h = p.out_h = h, p.in_w = p.out_w = w, p.channels = c;
-  p.kernel_h = p.kernel_w = k, p.stride_h = p.stride_w = p.dilation_h = p.dilation_w = 1;
-  p.pad_top = p.pad_left = (k - 1) / 2;
+  const DwConvParams p = same_params(n, h, w, c, k);
   const int64_t elems = n * h * w * c;
-  __nv_bfloat16 *x, *wt, *y;
-  CK(cudaMalloc(&x, elems * 2));
-  CK(cudaMalloc(&y, elems * 2));
-  CK(cudaMalloc(&wt, k * k * c * 2));
-  fill_uniform<<<1024, 256>>>(x, elems, 1u);
-  fill_uniform<<<1024, 256>>>(wt, k * k * c, 2u);
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) CK(flashdwc::launch_fwd_mma(p, x, wt, y, nullptr));
-  std::vector<float> ms;
-  for (int i = 0; i < 20; ++i) {
-    CK(cudaEventRecord(a));
-    CK(flashdwc::launch_fwd_mma(p, x, wt, y, nullptr));
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float t;
-    CK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  const double med = ms[ms.size() / 2];
+  DeviceBuffer<__nv_bfloat16> x(elems), y(elems), wt(k * k * c);
+  x.fill_uniform(1u);
+  wt.fill_uniform(2u);
+  const double med =
+      median_launch_ms([&] { CK(flashdwc::launch_fwd_mma(p, x.get(), wt.get(), y.get(), nullptr)); }, 3, 20);
   std::printf("  time bf16 %lldx%lldx%lldx%lld k%lld: %.3f ms  %.1f TFLOP/s  %.0f GB/s\n", (long long)n,
               (long long)h, (long long)w, (long long)c, (long long)k, med, 2.0 * elems * k * k / med / 1e9,
               2.0 * elems * 2 / med / 1e6);
-  CK(cudaFree(x));
-  CK(cudaFree(y));
-  CK(cudaFree(wt));
 }
 
 int main(int argc, char** argv) {

@@ -8,26 +8,17 @@
 // Every shape checks that the dispatcher picks the kernel, poisons y with NaN and
 // guards it with canary bytes, and compares every output (y = relu(conv + bias) on
 // the shapes marked so).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <random>
-#include <type_traits>
 #include <vector>
 
-#include "check_helpers.cuh"
 #include "common/launch.cuh"
 #include "fwd/launch.h"
+#include "harness.cuh"
 #include "plan/fwd.h"
 
 using flashdwc::DwConvParams;
-
-template <typename T> constexpr double unit_roundoff() { return std::is_same_v<T, __half> ? 1.0 / 2048 : 1.0 / 256; }
 
 struct Shape {
   const char* name;
@@ -45,103 +36,29 @@ Shape padded(const char* name, int64_t n, int64_t h, int64_t w, int64_t c, int64
   return {name, n, h, w, c, k, pt, pl, h + pt + pb - k + 1, w + pl + pr - k + 1, false, false};
 }
 
-DwConvParams params_of(const Shape& s) {
-  DwConvParams p{};
-  p.batch = s.n, p.in_h = s.h, p.in_w = s.w, p.out_h = s.out_h, p.out_w = s.out_w, p.channels = s.c;
-  p.kernel_h = p.kernel_w = s.k, p.stride_h = p.stride_w = 1, p.pad_top = s.pad_top, p.pad_left = s.pad_left;
-  p.dilation_h = p.dilation_w = 1, p.flip_filter = s.flip;
-  return p;
-}
-
-constexpr size_t kGuardBytes = 256;
-constexpr uint8_t kCanary = 0xA5;
-
 template <typename T>
 bool run_shape(const Shape& s, std::mt19937& rng) {
-  const DwConvParams p = params_of(s);
-  const char* dtype = std::is_same_v<T, __half> ? "f16" : "bf16";
-  // The dispatcher's rule (dwconv_cuda.cu, regfilter_takes).
+  const DwConvParams p = conv_params(s.n, s.h, s.w, s.c, s.k, s.k, s.pad_top, s.pad_left, s.out_h, s.out_w, 1, s.flip);
+  const char* dtype = dtype_name<T>();
   if (flashdwc::plan_fwd(p, true, flashdwc::device_limits()) != flashdwc::FwdKernel::kRegFilter) {
     std::printf("  %-30s %-4s: the dispatcher does not pick the register-filter kernel\n", s.name, dtype);
     return false;
   }
-  const int64_t nx = p.batch * p.in_h * p.in_w * p.channels;
-  const int64_t nw = p.kernel_h * p.kernel_w * p.channels;
-  const int64_t ny = p.batch * p.out_h * p.out_w * p.channels;
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  std::vector<T> hx(nx), hw(nw), hb(p.channels), hy(ny);
-  for (auto& v : hx) v = fromf<T>(u(rng));
-  for (auto& v : hw) v = fromf<T>(u(rng));
-  for (auto& v : hb) v = fromf<T>(u(rng));
-
-  uint8_t *dx, *dw, *db, *dy;
-  CK(cudaMalloc(&dx, nx * sizeof(T)));
-  CK(cudaMalloc(&dw, nw * sizeof(T)));
-  CK(cudaMalloc(&db, p.channels * sizeof(T)));
-  CK(cudaMalloc(&dy, ny * sizeof(T) + 2 * kGuardBytes));
-  CK(cudaMemcpy(dx, hx.data(), nx * sizeof(T), cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(dw, hw.data(), nw * sizeof(T), cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(db, hb.data(), p.channels * sizeof(T), cudaMemcpyHostToDevice));
-  CK(cudaMemset(dy, kCanary, kGuardBytes));
-  CK(cudaMemset(dy + kGuardBytes, 0xFF, ny * sizeof(T)));  // 0xFFFF is NaN in fp16 and bf16
-  CK(cudaMemset(dy + kGuardBytes + ny * sizeof(T), kCanary, kGuardBytes));
-  T* y = reinterpret_cast<T*>(dy + kGuardBytes);
+  const std::vector<T> hx = random_host<T>(p.batch * p.in_h * p.in_w * p.channels, rng);
+  const std::vector<T> hw = random_host<T>(p.kernel_h * p.kernel_w * p.channels, rng);
+  const std::vector<T> hb = random_host<T>(p.channels, rng);
+  const DeviceBuffer<T> x(hx), w(hw), bias(hb);
+  const GuardedOutput<T> y(p.batch * p.out_h * p.out_w * p.channels);
   flashdwc::FwdEpilogue epilogue;
-  if (s.epilogue) epilogue.bias = db, epilogue.activation = flashdwc::Activation::kRelu;
-
-  const T* x = reinterpret_cast<const T*>(dx);
-  const T* w = reinterpret_cast<const T*>(dw);
-  CK(flashdwc::run_dwconv_fwd<T>(p, x, w, y, nullptr, epilogue));
+  if (s.epilogue) epilogue.bias = bias.get(), epilogue.activation = flashdwc::Activation::kRelu;
+  CK(flashdwc::run_dwconv_fwd<T>(p, x.get(), w.get(), y.get(), nullptr, epilogue));
   CK(cudaDeviceSynchronize());
-  CK(cudaMemcpy(hy.data(), y, ny * sizeof(T), cudaMemcpyDeviceToHost));
-  std::vector<uint8_t> guard(2 * kGuardBytes);
-  CK(cudaMemcpy(guard.data(), dy, kGuardBytes, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(guard.data() + kGuardBytes, dy + kGuardBytes + ny * sizeof(T), kGuardBytes, cudaMemcpyDeviceToHost));
-  CK(cudaFree(dx));
-  CK(cudaFree(dw));
-  CK(cudaFree(db));
-  CK(cudaFree(dy));
-
-  bool ok = true;
-  for (uint8_t b : guard) ok &= b == kCanary;
+  bool ok = y.guards_intact();
   if (!ok) std::printf("  %s: guard bytes around y were overwritten\n", s.name);
-
-  int64_t bad = 0;
-  double worst = 0;
-  for (int64_t idx = 0; idx < ny; ++idx) {
-    const int64_t c = idx % p.channels;
-    const int64_t ow = (idx / p.channels) % p.out_w;
-    const int64_t oh = (idx / p.channels / p.out_w) % p.out_h;
-    const int64_t n = idx / p.channels / p.out_w / p.out_h;
-    double acc = 0, mag = 0;
-    for (int64_t kh = 0; kh < p.kernel_h; ++kh) {
-      const int64_t ih = oh - p.pad_top + kh;
-      if (ih < 0 || ih >= p.in_h) continue;
-      for (int64_t kw = 0; kw < p.kernel_w; ++kw) {
-        const int64_t iw = ow - p.pad_left + kw;
-        if (iw < 0 || iw >= p.in_w) continue;
-        const double t = double(tof(hx[((n * p.in_h + ih) * p.in_w + iw) * p.channels + c])) *
-                         tof(hw[flashdwc::filter_tap(p, kh, kw) * p.channels + c]);
-        acc += t;
-        mag += std::fabs(t);
-      }
-    }
-    if (s.epilogue) acc = std::max(acc + double(tof(hb[c])), 0.0);
-    const double got = tof(hy[idx]);
-    const double err = std::fabs(got - acc);
-    const double tol = 1.01 * unit_roundoff<T>() * std::fabs(acc) + 1e-5 * mag + 1e-6;
-    if (!(err <= tol)) {  // also catches NaN
-      if (bad < 5) {
-        std::printf("    mismatch n=%lld oh=%lld ow=%lld c=%lld: got %g want %g\n", (long long)n, (long long)oh,
-                    (long long)ow, (long long)c, got, acc);
-      }
-      ++bad;
-    }
-    if (err == err && mag > 0) worst = std::max(worst, err / (std::fabs(acc) + mag * 1e-3));
-  }
-  ok &= bad == 0;
+  const Mismatches m = compare_fwd(p, hx, hw, y.download(), s.epilogue ? &hb : nullptr);
+  ok &= m.bad == 0;
   std::printf("  %-30s %-4s %s  (%lld checked, %lld bad, worst scaled err %.3g)\n", s.name, dtype,
-              ok ? "ok  " : "FAIL", (long long)ny, (long long)bad, worst);
+              ok ? "ok  " : "FAIL", (long long)m.checked, (long long)m.bad, m.worst);
   return ok;
 }
 
