@@ -39,6 +39,7 @@ import jax.numpy as jnp
 from jax._src.lib.mlir import ir
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec as P
+from jax._src import sharding_impls
 
 from . import _activations
 from . import _custom_calls as calls
@@ -69,6 +70,27 @@ def _batch_and_channel_axes(image_spec, other_spec, other_channel_dim, other_bat
   if set(channels) & set(batch):
     channels = ()
   return batch, channels
+
+
+def _decoded(mesh, shapes):
+  """`shapes` with NamedShardings on `mesh`. A sharding that is no PartitionSpec of the
+  mesh (Shardy splits a mesh axis into sub-axes when it propagates a sharding through
+  a reshape of an indivisible dimension, e.g. the sub-grid layout of a dilated
+  convolution) reads as replicated: the partitioner then gathers that operand."""
+  out = []
+  for shape in shapes:
+    sharding = getattr(shape, "sharding", None)
+    if not isinstance(sharding, NamedSharding):
+      spec = P()
+      hlo = getattr(sharding, "_hlo_sharding", None)
+      if hlo is not None and not mesh.empty:
+        try:
+          spec = sharding_impls.parse_flatten_op_sharding(hlo, mesh)[0]
+        except ValueError:
+          spec = P()
+      sharding = NamedSharding(mesh, spec) if not mesh.empty else None
+    out.append(jax.ShapeDtypeStruct(shape.shape, shape.dtype, sharding=sharding))
+  return out
 
 
 # Spatial sharding.
@@ -390,10 +412,11 @@ def _partitioned(body, local, kind, static_argnums):
 
   def infer(*args):
     *static, mesh, arg_shapes, result_shape = args
-    return plan_of(mesh, static[0], arg_shapes, result_shape).result
+    return plan_of(mesh, static[0], _decoded(mesh, arg_shapes), result_shape).result
 
   def partition(*args):
     *static, mesh, arg_shapes, result_shape = args
+    arg_shapes, (result_shape,) = _decoded(mesh, arg_shapes), _decoded(mesh, (result_shape,))
     plan = plan_of(mesh, static[0], arg_shapes, result_shape)
 
     def lower(*operands):
@@ -405,7 +428,7 @@ def _partitioned(body, local, kind, static_argnums):
     return mesh, lower, plan.result, plan.operands
 
   fn.def_partition(partition=partition, infer_sharding_from_operands=infer, propagate_user_sharding=None,
-                   sharding_rule=_sharding_rule(image_of, kind))
+                   decode_shardings=False, sharding_rule=_sharding_rule(image_of, kind))
   return fn
 
 
