@@ -2,7 +2,7 @@
 
 Three implementations of y = silu(conv_causal(x, w) + b), x (N, L, C), w (K, 1, C),
 are timed in the same run:
-  flashdwc-1d  this library's 1-D kernels (depthwise_conv1d's default route);
+  flashdwc-1d  this library's 1-D kernels (PLAIN_ON_1D_KERNELS = True);
   flashdwc-2d  the library's 2-D kernels with H = 1 (PLAIN_ON_1D_KERNELS = False);
   xla          implementation="xla": lax.conv_general_dilated plus XLA's fusions.
 Passes: fwd (y), dx (vjp in x), dw (vjp in w and b), fwd+bwd (value and gradient
@@ -103,19 +103,19 @@ def repeated(fn, impl):
     return [fn(x, w, b, dy) for x, w, b, dy in zip(xs, ws, bs, dys)]
 
   jitted = jax.jit(run)
-  if impl != "flashdwc-2d":
+  if impl == "xla":
     return jitted
 
-  def via_2d(*args):
-    # The route is read when tracing: trace (and compile) with the 2-D path chosen.
+  def on_route(*args):
+    # The route is read when tracing: trace (and compile) with this one chosen.
     saved = conv1d_module.PLAIN_ON_1D_KERNELS
-    conv1d_module.PLAIN_ON_1D_KERNELS = False
+    conv1d_module.PLAIN_ON_1D_KERNELS = impl == "flashdwc-1d"
     try:
       return jitted(*args)
     finally:
       conv1d_module.PLAIN_ON_1D_KERNELS = saved
 
-  return via_2d
+  return on_route
 
 
 def time_executable(fn, args, repeats, warmup=2):

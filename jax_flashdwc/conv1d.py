@@ -4,9 +4,9 @@ The short causal depthwise conv of Mamba, Hyena and similar blocks, channel-last
 with packed sequences (segment_ids), chunked prefill (initial_state and
 final_state) and one-token decoding (depthwise_conv1d_update).
 
-Routes: stride-1 problems with one output per input (causal, same) run the 1-D
-kernels (_conv1d_ops.py); the rest (strides, VALID, cropping padding) run the 2-D
-kernels as H = 1; implementation="xla" runs lax's conv, or the jnp tap loop of
+Routes: problems with segment_ids or an initial_state (stride 1, one output per
+input) run the 1-D kernels (_conv1d_ops.py); the rest run the 2-D kernels as H = 1
+(PLAIN_ON_1D_KERNELS says why); implementation="xla" runs lax's conv, or the jnp tap loop of
 _conv1d_xla.py where segments or a state are given. The final state is a slice
 of the inputs, taken in jnp; the decoding step is elementwise work XLA fuses.
 """
@@ -26,14 +26,14 @@ _FLOAT64 = jnp.dtype(jnp.float64)
 
 # Whether problems without segment_ids and initial_state, which the 2-D kernels
 # also run (as H = 1), take the 1-D kernels instead where those apply (stride 1,
-# one output per input). By bytes moved the 1-D kernels are the better choice:
-# the 2-D forward reached about 2 TB/s on Mamba shapes (bf16, 8x2048x3072, K = 4,
-# H200), half of copy bandwidth, and with a fused activation its gradient stores
-# and rereads the pre-activation z (7 passes over an (N, L, C) tensor for a
-# training step, where the 1-D kernels' recomputed SiLU needs 5: read x, write y;
-# read x and dy, write dx). Set to False to run the 2-D path;
-# benchmarks/bench_conv1d.py times both.
-PLAIN_ON_1D_KERNELS = True
+# one output per input). By bytes moved the 1-D kernels should be the better choice
+# (a training step with a fused SiLU reads and writes an (N, L, C) tensor 5 times
+# against the 2-D path's 7, which stores the pre-activation), but their CUDA build
+# has not yet run on a GPU, while the 2-D path was measured on Mamba shapes (bf16,
+# 8x2048x3072, K = 4, H200: forward 2.3x, input gradient 2.3x, filter gradient 9x
+# XLA). So plain problems stay on the 2-D kernels until benchmarks/bench_conv1d.py
+# has timed both routes; set True to run them on the 1-D kernels.
+PLAIN_ON_1D_KERNELS = False
 
 
 def _kernels_apply(spec: Conv1DSpec, x) -> bool:

@@ -134,9 +134,20 @@ def _pads(padding, length, k, stride, dilation):
   return tuple(padding)
 
 
+@pytest.fixture(params=["default", "1d"])
+def plain_route(request, monkeypatch):
+  """Problems without segments or state run where conv1d.PLAIN_ON_1D_KERNELS says
+  ("default") and, in a second run, on the 1-D kernels ("1d"), so that both routes
+  stay tested whichever is the default."""
+  from jax_flashdwc import conv1d
+  if request.param == "1d":
+    monkeypatch.setattr(conv1d, "PLAIN_ON_1D_KERNELS", True)
+  return request.param
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", PLAIN_CASES, ids=str)
-def test_plain_matches_lax(case, dtype, device):
+def test_plain_matches_lax(case, dtype, device, plain_route):
   n, length, c, k, padding, stride, dilation = case
   seed = fresh_seed()
   rng = np.random.default_rng(seed)
@@ -152,7 +163,7 @@ def test_plain_matches_lax(case, dtype, device):
 
 @pytest.mark.parametrize("activation", [None, "silu", "relu", "gelu"])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_bias_activation(dtype, activation, device):
+def test_bias_activation(dtype, activation, device, plain_route):
   seed = fresh_seed()
   rng = np.random.default_rng(seed)
   n, length, c, k = 2, 29, 13, 4
@@ -204,7 +215,7 @@ def _fn(kwargs, seg, implementation=None):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", GRAD_CASES, ids=str)
-def test_gradients(case, dtype, device):
+def test_gradients(case, dtype, device, plain_route):
   """vjp in x, kernel, bias and initial_state against the float32 XLA path on the
   same rounded inputs, and jvp likewise."""
   seed = fresh_seed()
@@ -560,7 +571,7 @@ def _custom_calls(fn, *args):
 
 
 @pytest.mark.parametrize("segments", [False, True])
-def test_runs_the_1d_kernels(segments, device):
+def test_runs_the_1d_kernels(segments, device, plain_route):
   """A training step (value and gradient) of a stride-1 one-output-per-input problem
   runs one forward and one backward 1-D kernel; implementation='xla' none."""
   from jax_flashdwc import conv1d
