@@ -107,6 +107,12 @@ class Halo:
   block: int
   before: int
   after: int
+  # The same axes in the mesh's order, as ppermute wants them, and the (source,
+  # target) pairs, in that order's linear index, that send a block to the next shard
+  # (`down`) and to the previous one (`up`).
+  permute_axes: tuple = ()
+  down: tuple = ()
+  up: tuple = ()
 
 
 def _halo_sizes(geometry: ConvGeometry, dim: int, kernel: int) -> tuple[int, int]:
@@ -137,13 +143,28 @@ def _plan_halo(mesh, axes, geometry, dim, in_size, out_size, kernel) -> Halo | N
   before, after = _halo_sizes(geometry, dim, kernel)
   if before > block or after > block:
     return None
-  return Halo(tuple(axes), shards, block, before, after)
+  permute_axes, position = _mesh_order(mesh, tuple(axes))
+  down = tuple((position(j), position(j + 1)) for j in range(shards - 1))
+  up = tuple((target, source) for source, target in down)
+  return Halo(tuple(axes), shards, block, before, after, permute_axes, down, up)
 
 
-def _neighbour_perms(shards):
-  down = [(j, j + 1) for j in range(shards - 1)]  # to the next shard
-  up = [(j + 1, j) for j in range(shards - 1)]  # to the previous shard
-  return down, up
+def _mesh_order(mesh, axes):
+  """`axes` in the mesh's order, and a function from a shard's position along the
+  dimension (its linear index over `axes` in the spec's order, the first major) to its
+  linear index over the mesh-ordered axes."""
+  ordered = tuple(a for a in mesh.axis_names if a in axes)
+
+  def position(p):
+    coords = {}
+    for a in reversed(axes):
+      p, coords[a] = divmod(p, mesh.shape[a])
+    index = 0
+    for a in ordered:
+      index = index * mesh.shape[a] + coords[a]
+    return index
+
+  return ordered, position
 
 
 def _take(a, dim, start, stop):
@@ -155,14 +176,13 @@ def extend(a, dim, halo: Halo | None):
   previous shard on top, the first `after` rows of the next below (zeros at the edges)."""
   if halo is None:
     return a
-  down, up = _neighbour_perms(halo.shards)
   size = a.shape[dim]
   parts = []
   if halo.before > 0:
-    parts.append(jax.lax.ppermute(_take(a, dim, size - halo.before, size), halo.axes, down))
+    parts.append(jax.lax.ppermute(_take(a, dim, size - halo.before, size), halo.permute_axes, halo.down))
   parts.append(a if halo.after >= 0 else _take(a, dim, 0, size + halo.after))
   if halo.after > 0:
-    parts.append(jax.lax.ppermute(_take(a, dim, 0, halo.after), halo.axes, up))
+    parts.append(jax.lax.ppermute(_take(a, dim, 0, halo.after), halo.permute_axes, halo.up))
   return jnp.concatenate(parts, axis=dim) if len(parts) > 1 else parts[0]
 
 
@@ -171,7 +191,6 @@ def fold(g, dim, halo: Halo | None):
   block, each halo's part sent to the shard that owns those rows and added there."""
   if halo is None:
     return g
-  down, up = _neighbour_perms(halo.shards)
   kept = halo.block + min(halo.after, 0)
   local = _take(g, dim, halo.before, halo.before + kept)
   if halo.after < 0:
@@ -180,14 +199,14 @@ def fold(g, dim, halo: Halo | None):
     local = jnp.pad(local, pad)
   if halo.before > 0:
     # Rows above this block belong to the previous shard's last `before` rows.
-    from_next = jax.lax.ppermute(_take(g, dim, 0, halo.before), halo.axes, up)
+    from_next = jax.lax.ppermute(_take(g, dim, 0, halo.before), halo.permute_axes, halo.up)
     pad = [(0, 0)] * g.ndim
     pad[dim] = (halo.block - halo.before, 0)
     local = local + jnp.pad(from_next, pad)
   if halo.after > 0:
     # Rows below this block belong to the next shard's first `after` rows.
     end = halo.before + halo.block
-    from_previous = jax.lax.ppermute(_take(g, dim, end, end + halo.after), halo.axes, down)
+    from_previous = jax.lax.ppermute(_take(g, dim, end, end + halo.after), halo.permute_axes, halo.down)
     pad = [(0, 0)] * g.ndim
     pad[dim] = (0, halo.block - halo.after)
     local = local + jnp.pad(from_previous, pad)

@@ -40,6 +40,8 @@ MESHES = {
     "W": (lambda n: (n,), ("a",), P(None, None, "a")),
     "HxW": (lambda n: (n // 2, 2), ("a", "b"), P(None, "a", "b")),
     "NxH": (lambda n: (2, n // 2), ("a", "b"), P("a", "b")),
+    # H over two mesh axes, the minor one first: the shard order is not the mesh's.
+    "H_ba": (lambda n: (2, n // 2), ("a", "b"), P(None, ("b", "a"))),
 }
 _COLLECTIVE = re.compile(
     r"=\s+(\([^=]*?\)|\S+)\s+(all-gather|all-reduce|all-to-all|reduce-scatter|collective-permute)(-start)?\(")
@@ -99,7 +101,7 @@ def _halo(case, dim, shards):
 def expected_permute_bytes(case, mesh, spec, itemsize=4):
   """Bytes each shard's program sends through collective-permutes in one pass: its halos."""
   spec = tuple(spec) + (None,) * (4 - len(spec))
-  count = lambda entry: 1 if entry is None else mesh.shape[entry]
+  count = lambda entry: 1 if entry is None else int(np.prod([mesh.shape[a] for a in np.atleast_1d(entry)]))
   n, rows, cols = case.n // count(spec[0]), case.h // count(spec[1]), case.w // count(spec[2])
   total = 0
   if spec[1] is not None:
