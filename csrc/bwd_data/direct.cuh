@@ -10,27 +10,6 @@
 
 namespace flashdwc {
 
-// The taps of one filter axis that reach input index i of a strided convolution:
-// those with (i + pad - tap * dilation) a multiple of the stride, out / stride in
-// [0, out_size). They form the progression first, first + step, ... with step =
-// stride / gcd(stride, dilation) (`step` from the host); `out_first` is the output
-// index of the first, and each later tap's is `out_step` lower.
-struct StridedTaps {
-  int first;  // kernel size or more: none
-  int64_t out_first;
-};
-
-__device__ __forceinline__ StridedTaps strided_taps(int64_t i, int64_t pad, int64_t stride, int64_t dilation,
-                                                   int step, int64_t taps) {
-  const int64_t t = i + pad;
-  for (int k = 0; k < step && k < taps; ++k) {
-    const int64_t r = t - k * dilation;
-    const int64_t m = r % stride;
-    if (m == 0) return {k, r / stride};
-  }
-  return {int(taps), 0};
-}
-
 // Backward-data for any stride: each dx position gathers the dy positions whose
 // receptive field covers it, only the taps of its stride phase.
 template <typename T, int kWidth>

@@ -13,16 +13,14 @@
 namespace flashdwc {
 namespace {
 
-int64_t gcd64(int64_t a, int64_t b) { return b == 0 ? a : gcd64(b, a % b); }
-
 template <typename T>
 cudaError_t launch_bwd_data_direct(const DwConvParams& p, const T* dy, const T* w, T* dx, cudaStream_t stream) {
   const bool vec = direct_vectorized<T>(p, dy, w, dx);
   const int64_t width = vec ? Vec16<T>::kWidth : 1;
   dim3 grid;
   if (!direct_grid_2d(p.batch * p.in_h, p.in_w * (p.channels / width), grid)) return cudaErrorInvalidValue;
-  const int step_h = int(p.stride_h / gcd64(p.stride_h, p.dilation_h));
-  const int step_w = int(p.stride_w / gcd64(p.stride_w, p.dilation_w));
+  const int step_h = strided_tap_step(p.stride_h, p.dilation_h);
+  const int step_w = strided_tap_step(p.stride_w, p.dilation_w);
   if (vec) {
     dwconv_bwd_data_direct_kernel<T, Vec16<T>::kWidth>
         <<<grid, kDirectThreadsPerBlock, 0, stream>>>(dy, w, dx, p, step_h, step_w);

@@ -1,5 +1,6 @@
 // What the direct CUDA kernels of the three passes share: the channel group a
-// thread owns and the range of filter taps that land inside the input. The direct
+// thread owns, the grid, and (common/direct_index.h, shared with the CPU loops) the
+// range of filter taps that land inside the input. The direct
 // kernels handle every stride, padding and dilation; the tiled kernels take over the
 // shapes they implement faster.
 #pragma once
@@ -9,6 +10,7 @@
 #include <cstdint>
 
 #include "common/cuda_types.cuh"
+#include "common/direct_index.h"
 #include "common/launch.cuh"
 #include "common/params.h"
 
@@ -42,16 +44,6 @@ struct DirectChannels {
   }
 };
 
-// Taps [lo, hi) of a filter axis whose input index origin + tap * dilation lies in
-// [0, size): no test inside the tap loops.
-__device__ __forceinline__ void valid_taps(int64_t origin, int64_t dilation, int64_t taps, int64_t size,
-                                           int& lo, int& hi) {
-  const int64_t first = origin >= 0 ? 0 : (-origin + dilation - 1) / dilation;
-  const int64_t past = size - origin <= 0 ? 0 : (size - origin + dilation - 1) / dilation;
-  lo = int(first);
-  hi = int(past < taps ? past : taps);
-}
-
 // The direct kernels' grid: x over an image row's (column, channel group) slots, y
 // over the N * rows image rows (a grid-stride loop past 65535). False where a row has
 // more slots than the kernels' 32-bit column index holds.
@@ -67,6 +59,5 @@ template <typename T>
 inline bool direct_vectorized(const DwConvParams& p, const void* a, const void* b, const void* c) {
   return p.channels % Vec16<T>::kWidth == 0 && aligned(a, 16) && aligned(b, 16) && aligned(c, 16);
 }
-
 
 }  // namespace flashdwc

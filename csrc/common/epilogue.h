@@ -9,11 +9,7 @@
 #include <cmath>
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define FLASHDWC_HOST_DEVICE __host__ __device__
-#else
-#define FLASHDWC_HOST_DEVICE
-#endif
+#include "common/host_device.h"
 
 namespace flashdwc {
 

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "common/host_device.h"
+
 namespace flashdwc {
 
 // Passed by value to kernels; every size is 64-bit so that index products never
@@ -32,12 +34,41 @@ struct DwConvParams {
   bool flip_filter;
 };
 
+// Strides, padding before the input and dilations: the problem apart from its
+// buffers' shapes (the FFI handlers' `geometry` attribute). Padding after the input
+// is implied by the output size.
+struct ConvGeometry {
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_top = 0, pad_left = 0;
+  int64_t dilation_h = 1, dilation_w = 1;
+};
+
+// The one way a DwConvParams is filled: from the sizes of x (batch, in_h, in_w,
+// channels), of y (out_h, out_w) and of the filter, and the geometry.
+inline DwConvParams make_dwconv_params(int64_t batch, int64_t in_h, int64_t in_w, int64_t out_h, int64_t out_w,
+                                       int64_t channels, int64_t kernel_h, int64_t kernel_w, const ConvGeometry& g,
+                                       bool flip_filter = false) {
+  DwConvParams p{};
+  p.batch = batch;
+  p.in_h = in_h;
+  p.in_w = in_w;
+  p.out_h = out_h;
+  p.out_w = out_w;
+  p.channels = channels;
+  p.kernel_h = kernel_h;
+  p.kernel_w = kernel_w;
+  p.stride_h = g.stride_h;
+  p.stride_w = g.stride_w;
+  p.pad_top = g.pad_top;
+  p.pad_left = g.pad_left;
+  p.dilation_h = g.dilation_h;
+  p.dilation_w = g.dilation_w;
+  p.flip_filter = flip_filter;
+  return p;
+}
+
 // Index of tap (kh, kw) in the (KH, KW) filter slice, honouring flip_filter.
-inline
-#ifdef __CUDACC__
-__host__ __device__
-#endif
-int64_t filter_tap(const DwConvParams& p, int64_t kh, int64_t kw) {
+inline FLASHDWC_HOST_DEVICE int64_t filter_tap(const DwConvParams& p, int64_t kh, int64_t kw) {
   return p.flip_filter ? (p.kernel_h - 1 - kh) * p.kernel_w + (p.kernel_w - 1 - kw)
                        : kh * p.kernel_w + kw;
 }

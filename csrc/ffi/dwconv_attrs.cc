@@ -61,22 +61,7 @@ ffi::Error make_params(ConvPass pass, const ffi::AnyBuffer& a, const ffi::AnyBuf
     return invalid(pass, "inconsistent shapes: x " + dims_string(*x) + ", y " + dims_string(*y) +
                              ", w " + dims_string(*w) + "; expected (N,H,W,C), (N,Ho,Wo,C), (KH,KW,1,C)");
   }
-  DwConvParams& p = *params;
-  p.batch = xd[0];
-  p.in_h = xd[1];
-  p.in_w = xd[2];
-  p.channels = xd[3];
-  p.out_h = yd[1];
-  p.out_w = yd[2];
-  p.kernel_h = wd[0];
-  p.kernel_w = wd[1];
-  p.stride_h = g.stride_h;
-  p.stride_w = g.stride_w;
-  p.pad_top = g.pad_top;
-  p.pad_left = g.pad_left;
-  p.dilation_h = g.dilation_h;
-  p.dilation_w = g.dilation_w;
-  p.flip_filter = false;
+  *params = make_dwconv_params(xd[0], xd[1], xd[2], yd[1], yd[2], xd[3], wd[0], wd[1], g);
   return ffi::Error::Success();
 }
 

@@ -14,14 +14,6 @@ namespace flashdwc {
 
 namespace ffi = xla::ffi;
 
-// The `geometry` dictionary attribute written by jax_flashdwc/ops.py. Padding after
-// the input is implied by the output buffer's shape, so it is not passed.
-struct ConvGeometry {
-  int64_t stride_h, stride_w;
-  int64_t pad_top, pad_left;
-  int64_t dilation_h, dilation_w;
-};
-
 // When set, every handler fills its output with NaN bit patterns (all bytes 0xFF)
 // before its kernel runs, so that an element the kernel fails to write shows up in
 // tests. Off by default; costs one memset when on.
@@ -51,6 +43,8 @@ ffi::Error make_prologue(const ffi::AnyBuffer& x, const ffi::AnyBuffer& scale, c
 
 }  // namespace flashdwc
 
+// ConvGeometry (common/params.h) from the `geometry` dictionary attribute written by
+// jax_flashdwc/ops.py.
 XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(flashdwc::ConvGeometry,
                                       ::xla::ffi::StructMember<int64_t>("stride_h"),
                                       ::xla::ffi::StructMember<int64_t>("stride_w"),

@@ -40,23 +40,12 @@ flashdwc::DwConvParams params_from(const nb::dict& d) {
   auto get = [&](const char* key, int64_t fallback) {
     return d.contains(key) ? nb::cast<int64_t>(d[key]) : fallback;
   };
-  flashdwc::DwConvParams p{};
-  p.batch = get("batch", 1);
-  p.channels = get("channels", 0);
-  p.kernel_h = get("kernel_h", 1);
-  p.kernel_w = get("kernel_w", 1);
-  p.stride_h = get("stride_h", 1);
-  p.stride_w = get("stride_w", 1);
-  p.dilation_h = get("dilation_h", 1);
-  p.dilation_w = get("dilation_w", 1);
-  p.pad_top = get("pad_top", 0);
-  p.pad_left = get("pad_left", 0);
-  p.out_h = get("out_h", get("in_h", 0));
-  p.in_h = get("in_h", p.out_h);
-  p.out_w = get("out_w", get("in_w", 0));
-  p.in_w = get("in_w", p.out_w);
-  p.flip_filter = d.contains("flip_filter") && nb::cast<bool>(d["flip_filter"]);
-  return p;
+  const flashdwc::ConvGeometry g{get("stride_h", 1), get("stride_w", 1), get("pad_top", 0),
+                                 get("pad_left", 0), get("dilation_h", 1), get("dilation_w", 1)};
+  const int64_t out_h = get("out_h", get("in_h", 0)), out_w = get("out_w", get("in_w", 0));
+  return flashdwc::make_dwconv_params(get("batch", 1), get("in_h", out_h), get("in_w", out_w), out_h, out_w,
+                                      get("channels", 0), get("kernel_h", 1), get("kernel_w", 1), g,
+                                      d.contains("flip_filter") && nb::cast<bool>(d["flip_filter"]));
 }
 
 flashdwc::DeviceLimits limits_from(const nb::object& device) {
@@ -159,17 +148,10 @@ NB_MODULE(_jax_flashdwc, m) {
       // depend on the strides and dilations along both axes.
       [](int64_t batch, int64_t out_h, int64_t channels, int64_t kernel_h, int64_t kernel_w, int64_t stride_h,
          int64_t stride_w, int64_t dilation_h, int64_t dilation_w, bool deterministic, bool half_precision) {
-        flashdwc::DwConvParams p{};
-        p.batch = batch;
-        p.out_h = out_h;
-        p.channels = channels;
-        p.kernel_h = kernel_h;
-        p.kernel_w = kernel_w;
-        p.stride_h = stride_h;
-        p.stride_w = stride_w;
-        p.dilation_h = dilation_h;
-        p.dilation_w = dilation_w;
-        return flashdwc::bwd_filter_workspace_bytes(p, deterministic, half_precision);
+        const flashdwc::ConvGeometry g{stride_h, stride_w, 0, 0, dilation_h, dilation_w};
+        return flashdwc::bwd_filter_workspace_bytes(
+            flashdwc::make_dwconv_params(batch, 0, 0, out_h, 0, channels, kernel_h, kernel_w, g), deterministic,
+            half_precision);
       },
       nb::arg("batch"), nb::arg("out_h"), nb::arg("channels"), nb::arg("kernel_h"), nb::arg("kernel_w"),
       nb::arg("stride_h"), nb::arg("stride_w"), nb::arg("dilation_h"), nb::arg("dilation_w"),

@@ -18,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/direct_index.h"
 #include "common/params.h"
 
 // Ends the program on a CUDA error, naming the call's place.
@@ -181,11 +182,8 @@ float median_launch_ms(Launch launch, int warmups, int launches) {
 inline flashdwc::DwConvParams conv_params(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
                                           int64_t pad_top, int64_t pad_left, int64_t out_h, int64_t out_w,
                                           int64_t stride = 1, bool flip = false) {
-  flashdwc::DwConvParams p{};
-  p.batch = n, p.in_h = h, p.in_w = w, p.out_h = out_h, p.out_w = out_w, p.channels = c;
-  p.kernel_h = kh, p.kernel_w = kw, p.stride_h = p.stride_w = stride, p.pad_top = pad_top, p.pad_left = pad_left;
-  p.dilation_h = p.dilation_w = 1, p.flip_filter = flip;
-  return p;
+  const flashdwc::ConvGeometry g{stride, stride, pad_top, pad_left, 1, 1};
+  return flashdwc::make_dwconv_params(n, h, w, out_h, out_w, c, kh, kw, g, flip);
 }
 
 // A square k x k filter with TF's "SAME" padding at stride s (the benchmarks' points).
@@ -225,12 +223,14 @@ template <typename T>
 double reference_fwd_at(const flashdwc::DwConvParams& p, const std::vector<T>& x, const std::vector<T>& w, int64_t n,
                         int64_t oh, int64_t ow, int64_t c, double* mag) {
   double acc = 0, m = 0;
-  for (int64_t kh = 0; kh < p.kernel_h; ++kh) {
-    const int64_t ih = oh * p.stride_h - p.pad_top + kh * p.dilation_h;
-    if (ih < 0 || ih >= p.in_h) continue;
-    for (int64_t kw = 0; kw < p.kernel_w; ++kw) {
-      const int64_t iw = ow * p.stride_w - p.pad_left + kw * p.dilation_w;
-      if (iw < 0 || iw >= p.in_w) continue;
+  const int64_t ih0 = oh * p.stride_h - p.pad_top, iw0 = ow * p.stride_w - p.pad_left;
+  int kh_lo, kh_hi, kw_lo, kw_hi;
+  flashdwc::valid_taps(ih0, p.dilation_h, p.kernel_h, p.in_h, kh_lo, kh_hi);
+  flashdwc::valid_taps(iw0, p.dilation_w, p.kernel_w, p.in_w, kw_lo, kw_hi);
+  for (int64_t kh = kh_lo; kh < kh_hi; ++kh) {
+    const int64_t ih = ih0 + kh * p.dilation_h;
+    for (int64_t kw = kw_lo; kw < kw_hi; ++kw) {
+      const int64_t iw = iw0 + kw * p.dilation_w;
       const double t = double(to_host_float(x[((n * p.in_h + ih) * p.in_w + iw) * p.channels + c])) *
                        to_host_float(w[flashdwc::filter_tap(p, kh, kw) * p.channels + c]);
       acc += t;
