@@ -6,6 +6,7 @@
 
 #include "conv1d/conv1d_params.h"
 #include "ffi/dwconv_attrs.h"
+#include "ffi/platform.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace flashdwc {
@@ -16,6 +17,25 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(Conv1dBwdCpuFfi);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Conv1dFwdCudaFfi);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Conv1dBwdCudaFfi);
 #endif
+
+// A buffer's data, or null where it is empty (no bias, no segment ids, no state).
+template <typename T>
+const T* data_or_null(const ffi::AnyBuffer& b) {
+  return b.element_count() ? static_cast<const T*>(b.untyped_data()) : nullptr;
+}
+
+// The backward pass's four outputs poisoned where the tests ask (ffi/platform.h).
+template <typename Platform>
+ffi::Error poison_conv1d_gradients(const Platform& platform, ffi::Result<ffi::AnyBuffer>& dx,
+                                   ffi::Result<ffi::AnyBuffer>& dstate, ffi::Result<ffi::AnyBuffer>& dw_part,
+                                   ffi::Result<ffi::AnyBuffer>& db_part) {
+  for (ffi::Result<ffi::AnyBuffer>* out : {&dx, &dstate, &dw_part, &db_part}) {
+    if (ffi::Error e = poison_if_asked(platform, (*out)->untyped_data(), (*out)->size_bytes()); e.failure()) {
+      return e;
+    }
+  }
+  return ffi::Error::Success();
+}
 
 inline ffi::Error conv1d_invalid(const char* pass, const std::string& what) {
   return ffi::Error::InvalidArgument(std::string(pass) + ": " + what);

@@ -1,34 +1,10 @@
 // XLA FFI handlers of the 1-D convolution for the CPU platform.
-#include <cstring>
-
-#include "common/host_half.h"
 #include "conv1d/conv1d_cpu.h"
 #include "ffi/conv1d_ffi.h"
+#include "ffi/platform.h"
 
 namespace flashdwc {
 namespace {
-
-void poison(ffi::Result<ffi::AnyBuffer>& out) {
-  if (poison_outputs_flag().load(std::memory_order_relaxed) && out->size_bytes()) {
-    std::memset(out->untyped_data(), 0xFF, out->size_bytes());
-  }
-}
-
-template <typename Fn>
-ffi::Error by_type(ffi::DataType dt, Fn&& fn) {
-  switch (dt) {
-    case ffi::DataType::F32: fn(float{}); break;
-    case ffi::DataType::F16: fn(HostHalf{}); break;
-    case ffi::DataType::BF16: fn(HostBFloat16{}); break;
-    default: return ffi::Error::InvalidArgument("unreachable: type checked in make_conv1d_params");
-  }
-  return ffi::Error::Success();
-}
-
-template <typename T>
-const T* data(const ffi::AnyBuffer& b) {
-  return b.element_count() ? static_cast<const T*>(b.untyped_data()) : nullptr;
-}
 
 ffi::Error Conv1dFwdCpuImpl(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer bias, ffi::AnyBuffer seg,
                             ffi::AnyBuffer state, ffi::Result<ffi::AnyBuffer> y, int64_t pad_lo, int64_t dilation,
@@ -43,11 +19,14 @@ ffi::Error Conv1dFwdCpuImpl(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer b
     return conv1d_invalid("flashdwc_conv1d_fwd", "y must have x's shape and type");
   }
   if (y->element_count() == 0) return ffi::Error::Success();
-  poison(y);
-  return by_type(x.element_type(), [&](auto tag) {
+  const CpuPlatform platform;
+  if (ffi::Error e = poison_if_asked(platform, y->untyped_data(), y->size_bytes()); e.failure()) return e;
+  return with_element_type<CpuPlatform>(x.element_type(), [&](auto tag) {
     using T = decltype(tag);
-    conv1d_fwd_cpu<T>(p, data<T>(x), data<T>(w), data<T>(bias), data<int32_t>(seg), data<T>(state),
-                      static_cast<T*>(y->untyped_data()));
+    return platform.finish([&] {
+      conv1d_fwd_cpu<T>(p, data_or_null<T>(x), data_or_null<T>(w), data_or_null<T>(bias), data_or_null<int32_t>(seg), data_or_null<T>(state),
+                        static_cast<T*>(y->untyped_data()));
+    });
   });
 }
 
@@ -71,15 +50,15 @@ ffi::Error Conv1dBwdCpuImpl(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer b
                                 "(N * chunks, C) float32");
   }
   if (x.element_count() == 0) return ffi::Error::Success();
-  poison(dx);
-  poison(dstate);
-  poison(dw_part);
-  poison(db_part);
-  return by_type(x.element_type(), [&](auto tag) {
+  const CpuPlatform platform;
+  if (ffi::Error e = poison_conv1d_gradients(platform, dx, dstate, dw_part, db_part); e.failure()) return e;
+  return with_element_type<CpuPlatform>(x.element_type(), [&](auto tag) {
     using T = decltype(tag);
-    conv1d_bwd_cpu<T>(p, data<T>(x), data<T>(w), data<T>(bias), data<int32_t>(seg), data<T>(state), data<T>(dy),
-                      static_cast<T*>(dx->untyped_data()), static_cast<T*>(dstate->untyped_data()),
-                      static_cast<float*>(dw_part->untyped_data()), static_cast<float*>(db_part->untyped_data()));
+    return platform.finish([&] {
+      conv1d_bwd_cpu<T>(p, data_or_null<T>(x), data_or_null<T>(w), data_or_null<T>(bias), data_or_null<int32_t>(seg), data_or_null<T>(state), data_or_null<T>(dy),
+                        static_cast<T*>(dx->untyped_data()), static_cast<T*>(dstate->untyped_data()),
+                        static_cast<float*>(dw_part->untyped_data()), static_cast<float*>(db_part->untyped_data()));
+    });
   });
 }
 

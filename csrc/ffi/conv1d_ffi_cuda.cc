@@ -1,42 +1,12 @@
 // XLA FFI handlers of the 1-D convolution for the CUDA platform: decode, validate,
 // launch on XLA's stream. No host synchronization or allocation, so they can be
 // captured into command buffers.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
-#include <string>
-
 #include "conv1d/conv1d_cuda.h"
 #include "ffi/conv1d_ffi.h"
+#include "ffi/platform_cuda.h"
 
 namespace flashdwc {
 namespace {
-
-ffi::Error cuda_error(const char* pass, cudaError_t err) {
-  return ffi::Error::Internal(std::string(pass) + ": CUDA error " + cudaGetErrorName(err) + ": " +
-                              cudaGetErrorString(err));
-}
-
-cudaError_t poison(ffi::Result<ffi::AnyBuffer>& out, cudaStream_t stream) {
-  if (!poison_outputs_flag().load(std::memory_order_relaxed) || out->size_bytes() == 0) return cudaSuccess;
-  return cudaMemsetAsync(out->untyped_data(), 0xFF, out->size_bytes(), stream);
-}
-
-template <typename T>
-const T* data(const ffi::AnyBuffer& b) {
-  return b.element_count() ? static_cast<const T*>(b.untyped_data()) : nullptr;
-}
-
-template <typename Fn>
-cudaError_t by_type(ffi::DataType dt, Fn&& fn) {
-  switch (dt) {
-    case ffi::DataType::F32: return fn(float{});
-    case ffi::DataType::F16: return fn(__half{});
-    case ffi::DataType::BF16: return fn(__nv_bfloat16{});
-    default: return cudaErrorInvalidValue;  // unreachable: checked in make_conv1d_params
-  }
-}
 
 ffi::Error Conv1dFwdCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer bias,
                              ffi::AnyBuffer seg, ffi::AnyBuffer state, ffi::Result<ffi::AnyBuffer> y,
@@ -51,13 +21,15 @@ ffi::Error Conv1dFwdCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuff
     return conv1d_invalid(pass, "y must have x's shape and type");
   }
   if (y->element_count() == 0) return ffi::Error::Success();
-  if (cudaError_t err = poison(y, stream); err != cudaSuccess) return cuda_error(pass, err);
-  const cudaError_t err = by_type(x.element_type(), [&](auto tag) {
+  const CudaPlatform platform{stream, pass};
+  if (ffi::Error e = poison_if_asked(platform, y->untyped_data(), y->size_bytes()); e.failure()) return e;
+  return with_element_type<CudaPlatform>(x.element_type(), [&](auto tag) {
     using T = decltype(tag);
-    return run_conv1d_fwd<T>(p, data<T>(x), data<T>(w), data<T>(bias), data<int32_t>(seg), data<T>(state),
-                             static_cast<T*>(y->untyped_data()), stream);
+    return platform.finish([&] {
+      return run_conv1d_fwd<T>(p, data_or_null<T>(x), data_or_null<T>(w), data_or_null<T>(bias), data_or_null<int32_t>(seg), data_or_null<T>(state),
+                               static_cast<T*>(y->untyped_data()), stream);
+    });
   });
-  return err == cudaSuccess ? ffi::Error::Success() : cuda_error(pass, err);
 }
 
 ffi::Error Conv1dBwdCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer bias,
@@ -80,17 +52,17 @@ ffi::Error Conv1dBwdCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuff
                                 "(N * chunks, C) float32");
   }
   if (x.element_count() == 0) return ffi::Error::Success();
-  for (ffi::Result<ffi::AnyBuffer>* out : {&dx, &dstate, &dw_part, &db_part}) {
-    if (cudaError_t err = poison(*out, stream); err != cudaSuccess) return cuda_error(pass, err);
-  }
-  const cudaError_t err = by_type(x.element_type(), [&](auto tag) {
+  const CudaPlatform platform{stream, pass};
+  if (ffi::Error e = poison_conv1d_gradients(platform, dx, dstate, dw_part, db_part); e.failure()) return e;
+  return with_element_type<CudaPlatform>(x.element_type(), [&](auto tag) {
     using T = decltype(tag);
-    return run_conv1d_bwd<T>(p, data<T>(x), data<T>(w), data<T>(bias), data<int32_t>(seg), data<T>(state),
-                             data<T>(dy), static_cast<T*>(dx->untyped_data()),
-                             static_cast<T*>(dstate->untyped_data()), static_cast<float*>(dw_part->untyped_data()),
-                             static_cast<float*>(db_part->untyped_data()), stream);
+    return platform.finish([&] {
+      return run_conv1d_bwd<T>(p, data_or_null<T>(x), data_or_null<T>(w), data_or_null<T>(bias), data_or_null<int32_t>(seg), data_or_null<T>(state),
+                               data_or_null<T>(dy), static_cast<T*>(dx->untyped_data()),
+                               static_cast<T*>(dstate->untyped_data()), static_cast<float*>(dw_part->untyped_data()),
+                               static_cast<float*>(db_part->untyped_data()), stream);
+    });
   });
-  return err == cudaSuccess ? ffi::Error::Success() : cuda_error(pass, err);
 }
 
 }  // namespace

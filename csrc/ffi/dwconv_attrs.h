@@ -1,23 +1,17 @@
-// What the FFI handlers share: the `geometry` attribute, the output-poisoning
-// switch for tests, and the translation of buffer shapes into DwConvParams.
+// What the 2-D convolution's FFI handlers share, CPU and CUDA: the `geometry`
+// attribute, the translation of buffer shapes into DwConvParams, and run_pass, the
+// body of every handler.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <string>
 
 #include "common/epilogue.h"
 #include "common/params.h"
+#include "ffi/platform.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace flashdwc {
-
-namespace ffi = xla::ffi;
-
-// When set, every handler fills its output with NaN bit patterns (all bytes 0xFF)
-// before its kernel runs, so that an element the kernel fails to write shows up in
-// tests. Off by default; costs one memset when on.
-std::atomic<bool>& poison_outputs_flag();
 
 // Which buffer plays which role in the convolution: the three passes bind
 // (x, w) -> y, (dy, w) -> dx and (x, dy) -> dw.
@@ -40,6 +34,25 @@ ffi::Error make_epilogue(const ffi::AnyBuffer& x, const ffi::AnyBuffer& bias, in
 // Activation applied after the scale and shift.
 ffi::Error make_prologue(const ffi::AnyBuffer& x, const ffi::AnyBuffer& scale, const ffi::AnyBuffer& shift,
                          int64_t prologue, FwdPrologue* out);
+
+// A handler's body: the params from the buffers, nothing to do for an empty output,
+// the output poisoned where the tests ask, then run(p, a, b, out) with pointers of
+// the platform's element type, through platform.finish.
+template <typename Platform, typename Run>
+ffi::Error run_pass(const Platform& platform, ConvPass pass, const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
+                    ffi::Result<ffi::AnyBuffer>& out, const ConvGeometry& geometry, Run&& run) {
+  DwConvParams p;
+  if (ffi::Error err = make_params(pass, a, b, *out, geometry, &p); err.failure()) return err;
+  if (out->element_count() == 0) return ffi::Error::Success();
+  if (ffi::Error err = poison_if_asked(platform, out->untyped_data(), out->size_bytes()); err.failure()) return err;
+  return with_element_type<Platform>(a.element_type(), [&](auto tag) {
+    using T = decltype(tag);
+    return platform.finish([&] {
+      return run(p, static_cast<const T*>(a.untyped_data()), static_cast<const T*>(b.untyped_data()),
+                 static_cast<T*>(out->untyped_data()));
+    });
+  });
+}
 
 }  // namespace flashdwc
 

@@ -1,47 +1,16 @@
-// XLA FFI handlers for the CPU platform.
-#include <cstring>
-
-#include "common/host_half.h"
+// XLA FFI handlers of the 2-D convolution for the CPU platform.
 #include "cpu/dwconv_cpu.h"
 #include "ffi/dwconv_attrs.h"
 #include "ffi/dwconv_ffi.h"
+#include "ffi/platform.h"
 
 namespace flashdwc {
 namespace {
 
-template <typename Fn>
-ffi::Error dispatch_cpu(ConvPass pass, ffi::AnyBuffer a, ffi::AnyBuffer b,
-                        ffi::Result<ffi::AnyBuffer> out, ConvGeometry geometry, Fn&& run) {
-  DwConvParams p;
-  if (ffi::Error err = make_params(pass, a, b, *out, geometry, &p); err.failure()) return err;
-  if (out->element_count() == 0) return ffi::Error::Success();
-  if (poison_outputs_flag().load(std::memory_order_relaxed)) {
-    std::memset(out->untyped_data(), 0xFF, out->size_bytes());
-  }
-  void* o = out->untyped_data();
-  const void* ap = a.untyped_data();
-  const void* bp = b.untyped_data();
-  switch (a.element_type()) {
-    case ffi::DataType::F32:
-      run(p, static_cast<const float*>(ap), static_cast<const float*>(bp), static_cast<float*>(o));
-      break;
-    case ffi::DataType::F16:
-      run(p, static_cast<const HostHalf*>(ap), static_cast<const HostHalf*>(bp), static_cast<HostHalf*>(o));
-      break;
-    case ffi::DataType::BF16:
-      run(p, static_cast<const HostBFloat16*>(ap), static_cast<const HostBFloat16*>(bp),
-          static_cast<HostBFloat16*>(o));
-      break;
-    default:
-      return ffi::Error::InvalidArgument("unreachable: element type checked in make_params");
-  }
-  return ffi::Error::Success();
-}
-
 ffi::Error DwConvFwdCpuImpl(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::Result<ffi::AnyBuffer> y,
                             ConvGeometry geometry) {
-  return dispatch_cpu(ConvPass::kForward, x, w, y, geometry,
-                      [](const DwConvParams& p, auto* x, auto* w, auto* y) { dwconv_fwd_cpu(p, x, w, y); });
+  return run_pass(CpuPlatform{}, ConvPass::kForward, x, w, y, geometry,
+                  [](const DwConvParams& p, auto* x, auto* w, auto* y) { dwconv_fwd_cpu(p, x, w, y); });
 }
 
 ffi::Error DwConvFwdFusedCpuImpl(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer bias, ffi::AnyBuffer scale,
@@ -51,21 +20,22 @@ ffi::Error DwConvFwdFusedCpuImpl(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuf
   if (ffi::Error err = make_epilogue(x, bias, activation, &epilogue); err.failure()) return err;
   FwdPrologue input;
   if (ffi::Error err = make_prologue(x, scale, shift, prologue, &input); err.failure()) return err;
-  return dispatch_cpu(ConvPass::kForward, x, w, y, geometry, [&](const DwConvParams& p, auto* x, auto* w, auto* y) {
-    dwconv_fwd_cpu(p, x, w, y, epilogue, input);
-  });
+  return run_pass(CpuPlatform{}, ConvPass::kForward, x, w, y, geometry,
+                  [&](const DwConvParams& p, auto* x, auto* w, auto* y) {
+                    dwconv_fwd_cpu(p, x, w, y, epilogue, input);
+                  });
 }
 
 ffi::Error DwConvBwdDataCpuImpl(ffi::AnyBuffer dy, ffi::AnyBuffer w, ffi::Result<ffi::AnyBuffer> dx,
                                 ConvGeometry geometry) {
-  return dispatch_cpu(ConvPass::kBackwardData, dy, w, dx, geometry,
-                      [](const DwConvParams& p, auto* dy, auto* w, auto* dx) { dwconv_bwd_data_cpu(p, dy, w, dx); });
+  return run_pass(CpuPlatform{}, ConvPass::kBackwardData, dy, w, dx, geometry,
+                  [](const DwConvParams& p, auto* dy, auto* w, auto* dx) { dwconv_bwd_data_cpu(p, dy, w, dx); });
 }
 
 ffi::Error DwConvBwdFilterCpuImpl(ffi::AnyBuffer x, ffi::AnyBuffer dy, ffi::Result<ffi::AnyBuffer> dw,
                                   ConvGeometry geometry) {
-  return dispatch_cpu(ConvPass::kBackwardFilter, x, dy, dw, geometry,
-                      [](const DwConvParams& p, auto* x, auto* dy, auto* dw) { dwconv_bwd_filter_cpu(p, x, dy, dw); });
+  return run_pass(CpuPlatform{}, ConvPass::kBackwardFilter, x, dy, dw, geometry,
+                  [](const DwConvParams& p, auto* x, auto* dy, auto* dw) { dwconv_bwd_filter_cpu(p, x, dy, dw); });
 }
 
 }  // namespace
