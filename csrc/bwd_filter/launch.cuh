@@ -207,7 +207,7 @@ cudaError_t launch_bwd_filter_gemv(const DwConvParams& p, const float* x, const 
 
 // Row-stream blocks: strips of 64 output columns, or 32 where the output is at most
 // 32 wide (so that a narrow map does not leave half of every strip idle), each taking
-// an equal run of the image sequence's rows (bwd_filter_rowstream.cuh), as many runs
+// an equal run of the image sequence's rows (bwd_filter/rowstream.cuh), as many runs
 // per strip and channel block as fill every SM's resident blocks once. Before, runs
 // stayed inside one image, about 2048 blocks: 5.2 waves of the 396 resident at fp32
 // k = 3 on 128x128x128x128 and 128x64x64x256 on the H200, and 1.9 on 64x56x56x96.

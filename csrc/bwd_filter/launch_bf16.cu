@@ -1,4 +1,4 @@
-// The filter gradient's bf16 launch (see bwd_filter_launch.cuh for why one file per dtype).
+// The filter gradient's bf16 launch (see bwd_filter/launch.cuh for why one file per dtype).
 #include <cuda_bf16.h>
 
 #include "bwd_filter/launch.cuh"

@@ -1,4 +1,4 @@
-// Launcher of the tensor-core filter gradient (bwd_filter_mma.cuh).
+// Launcher of the tensor-core filter gradient (bwd_filter/mma.cuh).
 #include <algorithm>
 #include <cstdint>
 

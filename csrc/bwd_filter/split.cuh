@@ -6,6 +6,11 @@
 // or (deterministic mode) by a plain store into slice z, which
 // dwconv_bwd_filter_finalize_kernel then sums in order z = 0, 1, ...
 //
+// Where it runs (plan/bwd_filter.cc): every filter gradient with stride_w <= 2 and
+// width dilation 1 that the tensor-core, row-stream and GEMV kernels do not take,
+// and every deterministic one they do not; its chunked fp32 merge serves both
+// modes for any such shape (docs/design-notes.md, "Split kernel").
+//
 // Block: 4 warps of 8 channel groups x 4 slots = 8 groups x 16 slots, or (width 1)
 // of 32 channel groups x 1 slot = 32 groups x 4 slots. A channel group is kWidth
 // channels: 1 (one per lane), 4 (fp32; fp16/bf16 in 8-byte loads) or 8 (fp16/bf16

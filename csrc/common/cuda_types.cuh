@@ -35,7 +35,7 @@ namespace flashdwc {
 // store_global writes global memory with one vector store, in inline PTX. A
 // vector assignment, `*reinterpret_cast<uint4*>(p) = v`, came out of nvcc 13.0
 // (sm_90) as one 4-byte store per word for global memory (no st.global.v4/v2 in
-// dwconv_cuda.cu or fwd_mma.cu), while shared-memory assignments stayed vectors.
+// fwd/launch.cu or fwd/mma.cu), while shared-memory assignments stayed vectors.
 // Nsight Compute on the bf16 tensor-core forward (64x32x32x1536, k = 9) counted
 // 21.9M L2 write sectors for 6.3M sectors of output: every sector written in four
 // partial pieces. The asm has no "memory" clobber, unlike __stwb: with __stwb the

@@ -6,6 +6,11 @@
 // rows are shared by the block from shared memory, loaded with cp.async one stage
 // of rows ahead (double buffer).
 //
+// Where it runs (plan/fwd.cc): stride_w 1 or 2 and KW up to 512 where no faster
+// kernel applies, in practice fp32 from KW = 9 and the strided problems. Choosing
+// the bounds path per warp and staging the filter rows made it 5.7x XLA in fp32
+// (docs/design-notes.md, "GEMV kernel").
+//
 // Block: 4 warps; a warp is 8 channel groups x 4 width segments, so a block
 // covers 32 (fp32) or 64 (half) channels x 16 segments of kTM outputs. Loads of
 // 16 bytes per thread make each row of 8 threads one 128-byte transaction.
@@ -39,7 +44,7 @@ struct GemvFwdGrid {
   int64_t rows;
   // Segments numbered in whole groups of kRowsPerWarp rows: ceil(rows / 4) * 4 * segments_per_row.
   int64_t segments;
-  // Filter rows per shared-memory stage (see kGemvStageBytes in dwconv_cuda.cu).
+  // Filter rows per shared-memory stage (see kGemvStageBytes in fwd/launch.cu).
   int64_t rows_per_stage;
 };
 

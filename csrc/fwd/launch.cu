@@ -91,7 +91,7 @@ cudaError_t launch_fwd_gemv_stride(const DwConvParams& p, const T* x, const T* w
 
 // Row-stream kernel sizes. Outputs per thread: 4 (64-column strips), or where the
 // output is at most 32 wide, so that narrow images do not leave half of every strip
-// idle, two images a strip at 4 (fp16/bf16 over at least two images; fwd_rowstream.cuh)
+// idle, two images a strip at 4 (fp16/bf16 over at least two images; fwd/rowstream.cuh)
 // or one image at 2 (fp32, whose 32-wide maps ran as fast as its 64-wide ones per
 // output at k = 3 on the H200: 0.355 and 0.356 ms; and single images).
 // Blocks: enough for several waves on an H200 (132 SMs, up to 4 resident blocks of 128

@@ -1,4 +1,4 @@
-// Launcher of the tensor-core forward kernel (fwd_mma.cuh).
+// Launcher of the tensor-core forward kernel (fwd/mma.cuh, fwd/mma_stream.cuh).
 #include "fwd/mma.h"
 
 #include <algorithm>
@@ -16,12 +16,12 @@ namespace {
 // Filter rows a stage holds where a block of 8-row stages would be alone on its SM.
 constexpr int kShortChunk = 4;
 
-// Most output tiles a block of the streaming kernel computes (fwd_mma_stream.cuh):
+// Most output tiles a block of the streaming kernel computes (fwd/mma_stream.cuh):
 // its first tile stages KH + 7 rows with nothing in flight, the others 8 rows
 // each behind a look-ahead.
 constexpr int kMaxStreamTilesPerBlock = 16;
 
-// The streaming kernel's layout (fwd_mma_stream.cuh): g's, with a look-ahead buffer
+// The streaming kernel's layout (fwd/mma_stream.cuh): g's, with a look-ahead buffer
 // of raw_rows pixel-major tile rows (tile_cols x 32 bytes each) after the filter stage,
 // and channel planes an odd number of 16-byte units long, so that the 8 planes rows of
 // one stmatrix (transpose_raw_rows) fall on distinct bank groups (8 more elements a
@@ -66,7 +66,7 @@ MmaFwdGrid with_nine_row_chunks(const DwConvParams& p, const DeviceLimits& d, co
   return nine;
 }
 
-// The streaming kernel for KH <= 9 (fwd_mma_stream.cuh) with `tiles` tiles a block
+// The streaming kernel for KH <= 9 (fwd/mma_stream.cuh) with `tiles` tiles a block
 // and an 8-row look-ahead, with two filter copies or else one, where that keeps two
 // blocks on an SM. One image a strip only: on maps 64 wide and narrower (2 or 4
 // images a strip, longer tile rows) it took 1.00-1.06 of dwconv_fwd_mma_kernel's
@@ -250,7 +250,7 @@ cudaError_t launch(const DwConvParams& p, const MmaFwdGrid& g, const T* x, const
     }
   }
   if (cudaError_t err = allow_dynamic_smem(kernel, size_t(smem)); err != cudaSuccess) return err;
-  // Channel blocks in x, the fastest index (fwd_mma.cuh, MmaFwdGrid); the spatial
+  // Channel blocks in x, the fastest index (fwd/mma.cuh, MmaFwdGrid); the spatial
   // blocks fill y (at most 65535), then z, with fewer than z blocks past the last.
   const int64_t planes_z = mma_fwd_ceil_div(g.spatial_blocks, 65535);
   const dim3 blocks(unsigned(mma_fwd_ceil_div(p.channels, Tr::kBlockChannels)),

@@ -1,6 +1,12 @@
 // Flash-DWC forward kernel on tensor cores (paper section 4), stride 1 and
 // dilation 1, fp16/bf16 in, fp32 accumulation, for any filter size.
 //
+// Where it runs (plan/fwd.cc): fp16/bf16 with KW >= 6, and KW = 5 where the output
+// is over 64 wide or C is not a multiple of 64. At KW = 7 it takes 0.59-0.69 of the
+// CUDA-core kernels' time and at KW = 6 0.34-0.55 of the GEMV kernel's; at KW = 3
+// tensor cores took 1.75-1.91x, so small filters stay on CUDA cores
+// (docs/design-notes.md, "Which kernel runs").
+//
 // GEMV to GEMM. For one channel and one filter row kh, the 8 outputs
 // y[col0 + 8m + t], t < 8, against fragment f of that row (taps 8f .. 8f + 7, and
 // 8f + 8 for the last fragment) read 16 consecutive inputs x[col0 + 8m + 8f + j]:
@@ -28,7 +34,7 @@
 // down the image, one after the other. Filter rows are processed in chunks of
 // 8 (9 for a 9-row filter with several tiles a block, below, and for taller
 // filters where 9-row chunks take fewer stages; 4 where 8-row ones would leave a
-// block alone on its SM: fwd_mma.cu, choose_mma_fwd_grid); each chunk's
+// block alone on its SM: fwd/mma.cu, choose_mma_fwd_grid); each chunk's
 // input rows (chunk + 7 halo rows) and filter rows are staged into
 // shared memory, input rows in a ring (tile_rows slots) so that rows shared by
 // consecutive chunks, and by consecutive tiles of a block, are loaded once:
@@ -73,7 +79,7 @@
 // two). The ring's resident rows are an exact interval that a chunk extends down or
 // up, and the output tile takes the slots of the 8 rows after it, whose old rows the
 // next tile does not read. Measured on the H200: 0.96-0.985 of the one-tile time
-// where the L2 holds the blocks' windows (fwd_mma.cu, chunked_multi_tile_grid).
+// where the L2 holds the blocks' windows (fwd/mma.cu, chunked_multi_tile_grid).
 //
 // Narrow maps. Where the output is at most 64 (32) columns wide, a strip holds 2
 // (4) images side by side at the same output rows: segments 0-7 and 8-15 (or
@@ -250,7 +256,7 @@ __device__ __forceinline__ uint32_t prologue_word(const ChannelAffine<8>& a, Act
   return pack2<T>(lo, hi);
 }
 
-// The look-ahead buffer (fwd_mma_stream.cuh) holds input pixels as they lie in
+// The look-ahead buffer (fwd/mma_stream.cuh) holds input pixels as they lie in
 // NHWC: unit (row, tile column, octet) is the 16 bytes of 8 channels, units in that
 // order. Its byte offset has bits 4 and 5 flipped where bit 7 (the column's bit 2) is
 // set, so that neither reader meets a 16-byte bank group twice in a quarter-warp:
@@ -713,7 +719,7 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
   const uint16_t* w = reinterpret_cast<const uint16_t*>(w_ptr);
   uint16_t* y = reinterpret_cast<uint16_t*>(y_ptr);
 
-  // The grid's last row of y may run past the spatial blocks (launch in fwd_mma.cu).
+  // The grid's last row of y may run past the spatial blocks (launch in fwd/mma.cu).
   if (BlockTile::spatial_block() >= g.spatial_blocks) return;
   BlockState* state = reinterpret_cast<BlockState*>(smem_raw + g.meta_offset);
   if (threadIdx.x == 0) {

@@ -22,7 +22,7 @@ struct MmaFwdTraits {
   static constexpr int kChunk = 8;                                // filter rows per shared-memory stage
   static constexpr int kRingRows = kChunk + kRows - 1;            // input rows one chunk reads
   // Filter rows a stage holds for taller filters with one tile a block, where that
-  // takes fewer stages than 8 (fwd_mma.cu, with_nine_row_chunks), and the most steps
+  // takes fewer stages than 8 (fwd/mma.cu, with_nine_row_chunks), and the most steps
   // one mma_chunk call takes: a longer chunk runs as calls of at most 9.
   static constexpr int kTallChunk = 9;
   // Several tiles a block: the ring holds all KH + 7 rows of a tile and the stage all
@@ -75,7 +75,7 @@ struct MmaFwdGrid {
   int sub_pairs;     // 32-bit words per image in an x tile row: tile_cols / 2 / split
   int sub_shift;     // log2 of the segments per image: 4, 3 or 2
   int filter_copies;  // 2 (odd pairs from the shifted copy), or 1 (odd pairs by byte permute)
-  // Look-ahead of the streaming kernel (fwd_mma_stream.cuh): the next tile's 8 new
+  // Look-ahead of the streaming kernel (fwd/mma_stream.cuh): the next tile's 8 new
   // input rows in flight as pixel-major copies during this tile's MMAs.
   int raw_rows;     // rows the look-ahead buffer holds: kRows, or 0 for dwconv_fwd_mma_kernel
   int raw_offset;   // its offset in shared memory
@@ -94,7 +94,7 @@ inline constexpr int kMmaFwdBlockStateBytes = 32;
 inline int64_t mma_fwd_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // The x tile as channel planes of x_plane elements each: the two octets' offset and
-// the tile's bytes (fwd_mma.cuh, the x tile). Planes of whole 16-byte rows
+// the tile's bytes (fwd/mma.cuh, the x tile). Planes of whole 16-byte rows
 // (ldmatrix); the octets' gap puts channel octets 0 and 1 of a staging store or an
 // output read on disjoint halves of the 32 banks.
 inline void set_x_planes(MmaFwdGrid& g, int x_plane) {
@@ -112,10 +112,10 @@ inline void set_tiles_per_block(const DwConvParams& p, int tiles_per_block, MmaF
   g.spatial_blocks = uint32_t(mma_fwd_ceil_div(p.batch, g.split) * g.tile_blocks_h * g.tiles_w);
 }
 
-// split: images side by side in a strip (fwd_mma.cuh, "Narrow maps"): 1, 2 or 4.
+// split: images side by side in a strip (fwd/mma.cuh, "Narrow maps"): 1, 2 or 4.
 // tiles_per_block: output tiles a block computes down the image; above 1 only for
 // KH <= kMaxMultiTileKernelH (13), where the ring holds all KH + 7 rows of a tile and
-// the stage all KH filter rows (fwd_mma.cuh, the output tile's slots).
+// the stage all KH filter rows (fwd/mma.cuh, the output tile's slots).
 // filter_copies: 2, or 1 where the second copy alone keeps a second block off the
 // SM (choose_mma_fwd_grid).
 // chunk: filter rows a stage holds with one tile per block: kChunk (8), kShortChunk

@@ -1,4 +1,4 @@
-// The tensor-core forward (fwd_mma.cuh) for filters at most 9 rows tall with
+// The tensor-core forward (fwd/mma.cuh) for filters at most 9 rows tall with
 // several output tiles a block, with the next tile's input rows in flight during
 // this tile's MMAs.
 //
@@ -24,7 +24,7 @@
 // the rest the 8 tiles a block and the output store; the kernel is bound by its
 // bookkeeping instructions more than by the loads. On maps 64 wide and narrower (2
 // or 4 images a strip) it was 1.00-1.06 of the other kernel's time, so the launcher
-// uses it with one image a strip only (fwd_mma.cu, stream_grid).
+// uses it with one image a strip only (fwd/mma.cu, stream_grid).
 #pragma once
 
 #include <cstdint>
@@ -122,7 +122,7 @@ __device__ __forceinline__ void transpose_raw_rows(uint32_t* xs, const unsigned 
 }
 #endif
 
-// One image a strip; kOneCopy: one filter copy (fwd_mma.cuh).
+// One image a strip; kOneCopy: one filter copy (fwd/mma.cuh).
 template <typename T, bool kPrologue, bool kOneCopy>
 __global__ void __launch_bounds__(MmaFwdTraits::kThreads, 2)
 dwconv_fwd_mma_stream_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, T* __restrict__ y_ptr,

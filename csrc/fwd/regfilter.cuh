@@ -1,5 +1,5 @@
 // Forward kernel for square filters in fp16/bf16 at stride 1, on CUDA cores, with
-// the filter in registers. The library builds it for 3x3 and 5x5 (fwd_regfilter.cu),
+// the filter in registers. The library builds it for 3x3 and 5x5 (fwd/regfilter.cu),
 // where it beat the row-stream and tensor-core kernels.
 //
 // Why. At k = 5 the row-stream kernel reads each filter tap from shared memory for

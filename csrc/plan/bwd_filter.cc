@@ -71,7 +71,7 @@ int64_t bwd_filter_taps_computed(const DwConvParams& p, int tm) { return (p.kern
 // 29, 31 and 51 (k = 29: 12.8 -> 17.8 ms), a lane's 2-byte load moving an eighth of
 // what a 16-byte load does; k = 17 alone won, by 10%.
 // Filter rows per thread for width 1 (fp32, stride 1, no dilation): one x load then
-// serves them all, each with its own dy load (bwd_filter_split.cuh, "Rows"), so a
+// serves them all, each with its own dy load (bwd_filter/split.cuh, "Rows"), so a
 // column step costs rows + 1 loads for rows x TM FMAs instead of 2 for TM. Measured
 // on the H200 (kernel-level, fp32, ms, one row -> 2 / 3 / 4):
 //   k = 9 (TM 9):    128x64x64x256 2.07 -> 2.10 / 1.56 / 2.08, 128^4 3.92 -> 4.23 /

@@ -1,7 +1,7 @@
 """A Python model of the tensor-core filter gradient's indexing, for debugging it.
 
-It follows dwconv_bwd_filter_mma_kernel and its host grid (csrc/dwconv/
-bwd_filter_mma.cuh, bwd_filter_cuda_mma.cu) line by line: the same shared-memory
+It follows dwconv_bwd_filter_mma_kernel and its host grid (csrc/
+bwd_filter/mma.cuh, bwd_filter/mma.cu) line by line: the same shared-memory
 offsets, ring slots, fragment words and output indices, with a 32-bit word modelled
 as a (low half, high half) pair and shared memory starting as NaN, so that a read of
 anything never staged fails. Each MMA is rebuilt from the 32 lanes' registers in the

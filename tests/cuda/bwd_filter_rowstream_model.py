@@ -1,5 +1,5 @@
 """A line-by-line model of the row-stream filter-gradient kernel's indexing
-(csrc/dwconv/bwd_filter_rowstream.cuh and its launch in bwd_filter_launch.cuh), in
+(csrc/bwd_filter/rowstream.cuh and its launch in bwd_filter/launch.cuh), in
 numpy, checked against a direct sum. Each ring slot carries the row it holds and
 each copy the commit group it belongs to, so a read of a slot that a later copy
 overwrote, or of a row whose group the wait did not cover, fails here.

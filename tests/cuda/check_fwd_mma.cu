@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
       // Channel blocks fastest in the grid: several tiles a block, 2 images a strip
       // and 3 channel blocks.
       same("k9 same C48 W64 H40 N3 (channel blocks)", 3, 40, 64, 48, 9, 9),
-      // The streaming kernel's look-ahead (fwd_mma_stream.cuh, one image a strip): 19
+      // The streaming kernel's look-ahead (fwd/mma_stream.cuh, one image a strip): 19
       // tile rows (with 16 tiles a block, a last tile block of 3), 7 and 9 rows, a
       // ragged last channel block over two strips, and no padding.
       same("k9 same C16 W130 H150 N2 (look-ahead)", 2, 150, 130, 16, 9, 9),

@@ -1,4 +1,4 @@
-// Standalone GPU check of the register-filter forward kernel (fwd_regfilter.cuh)
+// Standalone GPU check of the register-filter forward kernel (fwd/regfilter.cuh)
 // against a CPU reference in double, through the dispatcher run_dwconv_fwd: every shape
 // here is a square 3x3 or 5x5 with C a multiple of 64, which it sends there.
 // Build (from the repository root):

@@ -1,4 +1,4 @@
-"""CPU model of the direct kernels' tap ranges (csrc/dwconv/direct_kernels.cuh).
+"""CPU model of the direct kernels' tap ranges (csrc/direct_kernels.cuh).
 
 valid_taps (forward) and strided_taps (input gradient) replace a test at every tap
 with a range or a progression; this checks, by brute force over small geometries,

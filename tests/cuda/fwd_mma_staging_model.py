@@ -1,5 +1,5 @@
 """A model of the tensor-core forward's x staging indices (stage_input in
-csrc/dwconv/fwd_mma.cuh): each thread's items as the loop enumerates them (a row
+csrc/fwd/mma.cuh): each thread's items as the loop enumerates them (a row
 phase and word lane per thread, rows outer, words Q apart inner, with the word,
 image, source offset and ring slot stepped by constants) against the per-item
 formulas (in-image flags, the global offsets read, the shared-memory word written),
@@ -20,7 +20,7 @@ def ceil_div(a, b):
 
 
 def make_grid(kernel_w, split):
-  """The x tile row of make_mma_fwd_grid (fwd_mma.cu)."""
+  """The x tile row of make_mma_fwd_grid (fwd/mma.cu)."""
   frags = max(1, ceil_div(kernel_w - 1, 8))
   sub_cols = 8 * frags + 128 // split
   return dict(tile_cols=split * sub_cols, sub_pairs=sub_cols // 2)
