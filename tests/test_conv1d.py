@@ -85,7 +85,10 @@ def assert_close(out, ref, mag, dtype, terms, what, seed, slope=1.0):
   assert out.shape == ref.shape, f"{what}: shape {out.shape} != {ref.shape}"
   assert np.isfinite(out).all(), f"{what} seed={seed}: non-finite (unwritten?) elements"
   eps = EPS[jnp.dtype(dtype)]
-  tol = slope * (8 * EPS32 * np.sqrt(terms) * mag + 2 * eps * mag) + eps * np.abs(ref) + 1e-30
+  # Rounding to dtype near zero is off by up to one subnormal step, not eps * |ref|
+  # (float16: a one-tap output of |x * w| ~ 1e-6 rounds with an error of ~3e-8).
+  subnormal = float(jnp.finfo(dtype).smallest_subnormal)
+  tol = slope * (8 * EPS32 * np.sqrt(terms) * mag + 2 * eps * mag) + eps * np.abs(ref) + subnormal
   err = np.abs(out - ref)
   worst = np.unravel_index(np.argmax(err / tol), err.shape)
   assert (err <= tol).all(), (f"{what} dtype={jnp.dtype(dtype)} seed={seed}: |out - ref| = {err[worst]:.3g} > "
