@@ -1,6 +1,6 @@
 """The activations the forward kernels can fuse after the bias.
 
-Codes match `Activation` in csrc/dwconv/epilogue.h; the functions are the
+Codes match `Activation` in csrc/common/epilogue.h; the functions are the
 definitions the kernels implement, and what the gradient differentiates.
 """
 

@@ -90,7 +90,7 @@ TEST_CASES = [
     ConvCase("rows_k3_c128_w32", 1, 10, 32, 128, 3, 3),
     ConvCase("rows_k5_c96_w32", 2, 12, 32, 96, 5, 5),
     # fp16/bf16 3x3 and 5x5 with whole 64-channel blocks: the register-filter kernel
-    # (dwconv_cuda.cu, regfilter_takes; the rows_* cases above at 3x3 and 5x5 with C a
+    # (csrc/plan/fwd.cc, can_implement_fwd_regfilter; the rows_* cases above at 3x3 and 5x5 with C a
     # multiple of 64 too), with SAME padding, with an explicit one that leaves output
     # rows wholly in the padding (out 22 x 36; its backward data pass crops, at padding
     # 4 - 6 = -2), 3x3 over 73 columns (strips of 8, the last of 1), and both on a 7x7

@@ -364,7 +364,7 @@ def test_filter_gradient_tiling():
   assert tiling(9, half_precision=False) == (1, 9, 3)  # width 4: TM 5, 10 taps
   assert tiling(13, half_precision=False) == (1, 13, 2)  # 13 against 14
   assert tiling(17, half_precision=False) == (1, 9, 3)  # 18 against 21; 18 rows for 17
-  assert tiling(51, half_precision=False) == (1, 13, 1)  # 52 against 56; one row (bwd_filter_cuda.cu)
+  assert tiling(51, half_precision=False) == (1, 13, 1)  # 52 against 56; one row (csrc/plan/bwd_filter.cc)
   assert tiling(21, half_precision=False) == (4, 7, 1)  # 21 against 22
   assert tiling(31, half_precision=False) == (4, 8, 1)  # 32 either way
   # Several rows only where the padding rows are at most an eighth of the filter's height.
