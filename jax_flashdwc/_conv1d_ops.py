@@ -9,12 +9,18 @@
 - conv1d_bwd_p(x, w, b, seg, state, dy) -> (dx, dstate, dw, db): one custom call
   that recomputes z from x, forms dz = dy * act'(z) in registers, and writes dx,
   dstate and per-block partial filter and bias gradients in float32, which are
-  then summed in a fixed order (an XLA reduction over the blocks).
+  then summed in a fixed order (an XLA reduction over the blocks), per shard and
+  then, in float32, across the batch shards.
 
 So jax.grad runs the forward kernel once and the backward kernel once, and the
 pre-activation z is never stored. Higher derivatives of conv1d_tangent_p and
-conv1d_bwd_p (grad of grad) and batching of the backward primitives differentiate
-or vmap the jnp implementation in _conv1d_xla.py: correct, not fast.
+conv1d_bwd_p (grad of grad) differentiate the jnp implementation in _conv1d_xla.py:
+correct, not fast. vmap folds the vmapped axis into N where the filters and biases
+are shared (forward and tangent) or into C where the segment ids are shared
+(tangent and backward); otherwise it vmaps the jnp implementation.
+
+Sharding: the custom calls lower through _conv1d_partitioning.py (N and C shard
+with no communication, L is gathered).
 
 Operands that a problem lacks are empty: bias (0,), seg (0,), state (N, 0, C).
 """
@@ -30,8 +36,13 @@ from jax.core import ShapedArray
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from . import _activations, _conv1d_xla, _ffi
+from . import _activations, _conv1d_partitioning, _conv1d_xla, _ffi, ops
 from ._conv1d_args import Conv1DSpec
+
+# The primitives lower through custom_partitioning, which needs the device
+# assignment at lowering time; JAX hands it only to jaxprs holding a primitive of
+# this registry (see ops.py).
+from jax._src.dispatch import prim_requires_devices_during_lowering
 
 try:
   from jax.interpreters.xla import apply_primitive
@@ -110,6 +121,22 @@ _bwd_call_p = _call_primitive(
                                                      chunk=_i64(chunk)))
 
 
+# The custom calls with their sharding rules (_conv1d_partitioning.py): the backward
+# one sums its float32 filter and bias partials per shard, then across shards.
+_fwd_partitioned = _conv1d_partitioning.partitioned_fwd(
+    lambda x, w, b, seg, state, pad_lo, dilation, activation: _fwd_call_p.bind(
+        x, w, b, seg, state, pad_lo=pad_lo, dilation=dilation, activation=activation)[0])
+
+
+def _bwd_sums(x, w, b, seg, state, dy, pad_lo, dilation, activation, chunk):
+  dx, dstate, dw_part, db_part = _bwd_call_p.bind(x, w, b, seg, state, dy, pad_lo=pad_lo, dilation=dilation,
+                                                  activation=activation, chunk=chunk)
+  return dx, dstate, jnp.sum(dw_part, axis=0)[:, None, :], jnp.sum(db_part, axis=0)
+
+
+_bwd_partitioned = _conv1d_partitioning.partitioned_bwd(_bwd_sums)
+
+
 # --- the public primitives ---------------------------------------------------
 
 
@@ -119,22 +146,21 @@ def _primitive(name, abstract, impl, multiple_results=False):
   prim.def_impl(partial(apply_primitive, prim))
   prim.def_abstract_eval(abstract)
   mlir.register_lowering(prim, mlir.lower_fun(impl, multiple_results=multiple_results))
+  prim_requires_devices_during_lowering.add(prim)
   return prim
 
 
 def _fwd_impl(x, w, b, seg, state, *, pad_lo, dilation, activation):
-  return _fwd_call_p.bind(x, w, b, seg, state, pad_lo=pad_lo, dilation=dilation, activation=activation)[0]
+  return _fwd_partitioned(x, w, b, seg, state, pad_lo, dilation, activation)
 
 
 conv1d_fwd_p = _primitive("flashdwc_conv1d_fwd", lambda x, *_, **__: ShapedArray(x.shape, x.dtype), _fwd_impl)
 
 
 def _bwd_impl(x, w, b, seg, state, dy, *, pad_lo, dilation, activation):
-  dx, dstate, dw_part, db_part = _bwd_call_p.bind(x, w, b, seg, state, dy, pad_lo=pad_lo, dilation=dilation,
-                                                  activation=activation, chunk=BWD_CHUNK)
-  dw = jnp.sum(dw_part, axis=0)[:, None, :].astype(w.dtype)
-  db = jnp.sum(db_part, axis=0).astype(b.dtype) if b.shape[0] else jnp.zeros(b.shape, b.dtype)
-  return [dx, dstate, dw, db]
+  dx, dstate, dw, db = _bwd_partitioned(x, w, b, seg, state, dy, pad_lo, dilation, activation, BWD_CHUNK)
+  db = db.astype(b.dtype) if b.shape[0] else jnp.zeros(b.shape, b.dtype)
+  return [dx, dstate, dw.astype(w.dtype), db]
 
 
 conv1d_bwd_p = _primitive(
@@ -251,6 +277,53 @@ def _batch_by_reference(reference, multiple):
   return rule
 
 
+def _fold_into_n(a, d, size):
+  """(N, ...) with the vmapped axis at `d` (or none) -> (size * N, ...), vmap-major."""
+  a = jnp.broadcast_to(a, (size, *a.shape)) if d is _NOT_MAPPED else jnp.moveaxis(a, d, 0)
+  return a.reshape(size * a.shape[1], *a.shape[2:])
+
+
+def _fold_into_c(a, d, size):
+  """(..., C) -> (..., size * C), vmap-major; an absent bias, (0,) unbatched, stays (0,)."""
+  if a.size == 0 and a.ndim - (d is not _NOT_MAPPED) == 1:
+    return jnp.zeros((0,), a.dtype)
+  return ops._to_channels(a, d, size)
+
+
+def _unmapped(dims, *indices):
+  return all(dims[i] is _NOT_MAPPED for i in indices)
+
+
+def _batch_tangent(args, dims, **params):
+  """vmap of conv1d_tangent_p on its own kernels: the vmapped axis is folded into N when
+  the filters and biases are shared, else into C when the segment ids are shared."""
+  size = next(a.shape[d] for a, d in zip(args, dims) if d is not _NOT_MAPPED)
+  x, w, b, seg, state, tx, tw, tb, tstate = args
+  if size > 0 and _unmapped(dims, 1, 2, 6, 7):
+    absent_seg = dims[3] is _NOT_MAPPED and seg.ndim == 1
+    images = [_fold_into_n(a, dims[i], size) for i, a in ((0, x), (4, state), (5, tx), (8, tstate))]
+    seg = seg if absent_seg else _fold_into_n(seg, dims[3], size)
+    out = conv1d_tangent_p.bind(images[0], w, b, seg, images[1], images[2], tw, tb, images[3], **params)
+    return out.reshape(size, -1, *out.shape[1:]), 0
+  if size > 0 and _unmapped(dims, 3):
+    folded = [seg if i == 3 else _fold_into_c(a, d, size) for i, (a, d) in enumerate(zip(args, dims))]
+    return ops._from_channels(conv1d_tangent_p.bind(*folded, **params), size), 0
+  return _batch_by_reference(_reference_tangent, False)(args, dims, **params)
+
+
+def _batch_bwd(args, dims, **params):
+  """vmap of conv1d_bwd_p on its own kernel where the segment ids are shared: the
+  vmapped axis is folded into C, so that each vmapped problem keeps its own filter and
+  bias gradient (folding into N would sum them)."""
+  size = next(a.shape[d] for a, d in zip(args, dims) if d is not _NOT_MAPPED)
+  if size == 0 or not _unmapped(dims, 3):
+    return _batch_by_reference(_reference_bwd, True)(args, dims, **params)
+  folded = [args[3] if i == 3 else _fold_into_c(a, d, size) for i, (a, d) in enumerate(zip(args, dims))]
+  dx, dstate, dw, db = conv1d_bwd_p.bind(*folded, **params)
+  db = ops._from_channels(db, size) if db.shape[0] else jnp.zeros((size, 0), db.dtype)
+  return [ops._from_channels(a, size) for a in (dx, dstate, dw)] + [db], [0] * 4
+
+
 batching.primitive_batchers[conv1d_fwd_p] = _batch_fwd
-batching.primitive_batchers[conv1d_tangent_p] = _batch_by_reference(_reference_tangent, False)
-batching.primitive_batchers[conv1d_bwd_p] = _batch_by_reference(_reference_bwd, True)
+batching.primitive_batchers[conv1d_tangent_p] = _batch_tangent
+batching.primitive_batchers[conv1d_bwd_p] = _batch_bwd
