@@ -30,10 +30,8 @@ from __future__ import annotations
 
 import argparse
 import csv
-import datetime
 import os
 import statistics
-import subprocess
 import time
 
 import jax
@@ -42,6 +40,7 @@ import numpy as np
 
 from jax_flashdwc import conv1d as conv1d_module
 from jax_flashdwc import depthwise_conv1d, depthwise_conv1d_update
+from provenance import provenance  # noqa: E402
 
 IMPLEMENTATIONS = ("flashdwc-1d", "flashdwc-2d", "xla")
 MODES = ("fwd", "dx", "dw", "fwd+bwd")
@@ -51,25 +50,6 @@ TOKEN_SHAPES = ((8, 2048), (8, 4096), (16, 4096))
 CHANNELS = (1536, 2560, 5120)
 KERNEL_SIZES = (2, 3, 4)
 SMOKE = [((2, 64), 64, 4), ((1, 96), 40, 3)]
-
-
-def provenance():
-  dev = jax.devices()[0]
-  driver = "unknown"
-  try:
-    driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                            capture_output=True, text=True, timeout=30).stdout.strip().splitlines()[0]
-  except Exception:  # no nvidia-smi: a CPU run
-    pass
-  commit = os.environ.get("FLASHDWC_COMMIT")
-  if not commit:
-    try:
-      commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
-                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
-    except Exception:
-      commit = "unknown"
-  return {"gpu": getattr(dev, "device_kind", dev.platform), "driver": driver, "jax_version": jax.__version__,
-          "commit": commit, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
 
 
 def layer(impl):

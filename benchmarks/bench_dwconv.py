@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import datetime
 import os
 import statistics
 import sys
@@ -37,6 +36,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from shapes import TEST_CASES, model_layers, paper_points  # noqa: E402
 
 from jax_flashdwc import conv as conv_module, depthwise_conv2d  # noqa: E402
+from provenance import provenance  # noqa: E402
 
 # fwd: y = conv(x, w). bwd_data: dx from (dy, w). bwd_filter: dw from (x, dy).
 # fwd+bwd: one jitted value_and_grad of a layer (forward and both gradients).
@@ -180,24 +180,6 @@ def relative_error(a, b):
     diff, scale = (float(t) for t in _leaf_error(u, v))
     worst = max(worst, diff / max(scale, 1e-30))
   return worst
-
-
-def provenance():
-  dev = jax.devices()[0]
-  driver = "unknown"
-  try:
-    import subprocess
-    driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                            capture_output=True, text=True, timeout=30).stdout.strip().splitlines()[0]
-  except Exception:  # no nvidia-smi: a CPU run
-    pass
-  return {
-      "gpu": getattr(dev, "device_kind", dev.platform),
-      "driver": driver,
-      "jax_version": jax.__version__,
-      "commit": os.environ.get("FLASHDWC_COMMIT", "unknown"),
-      "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-  }
 
 
 def main(argv=None):

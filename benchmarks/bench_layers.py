@@ -47,6 +47,7 @@ from shapes import MODEL_LAYERS  # noqa: E402
 
 from jax_flashdwc import conv as conv_module, depthwise_conv2d, routing  # noqa: E402
 from jax_flashdwc._geometry import make_geometry  # noqa: E402
+from provenance import provenance  # noqa: E402
 
 PASSES = ("fwd", "dx", "dw")
 # A call of the executable lasts about this long, so that the host's one dispatch and
@@ -66,7 +67,7 @@ EST_FLOPS = 30e12
 
 FIELDS = ["model", "layer", "shape", "kernel", "stride", "dilation", "padding", "pass", "dtype", "ours_ms",
           "xla_ms", "speedup", "route", "auto_speedup", "ours_gbs", "ours_tflops", "reps", "max_rel_err", "gpu",
-          "driver", "jax_version", "commit"]
+          "driver", "jax_version", "commit", "date"]
 
 
 def pass_function(pass_name, case, implementation, dtype):
@@ -219,19 +220,6 @@ def reroute(path):
     writer = csv.DictWriter(f, fieldnames=FIELDS)
     writer.writeheader()
     writer.writerows(rows)
-
-
-def provenance():
-  driver = "unknown"
-  try:
-    import subprocess
-    driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                            capture_output=True, text=True, timeout=30).stdout.strip().splitlines()[0]
-  except Exception:  # no nvidia-smi: a CPU run
-    pass
-  dev = jax.devices()[0]
-  return {"gpu": getattr(dev, "device_kind", dev.platform), "driver": driver, "jax_version": jax.__version__,
-          "commit": os.environ.get("FLASHDWC_COMMIT", "unknown")}
 
 
 def row_key(row):

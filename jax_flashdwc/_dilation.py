@@ -23,7 +23,7 @@ def applies(geometry: ConvGeometry, prologue: bool) -> bool:
   return geometry.strides == (1, 1) and geometry.dilation != (1, 1) and not prologue
 
 
-def to_subgrids(x, geometry: ConvGeometry, kernel_hw):
+def to_subgrids(x, geometry: ConvGeometry):
   """(N, H, W, C) -> (dh * dw * N, Hs, Ws, C) and the undilated VALID geometry."""
   n, h, w, c = x.shape
   (dh, dw), ((top, bottom), (left, right)) = geometry.dilation, geometry.padding

@@ -233,7 +233,7 @@ def depthwise_conv2d(
     # Bias and activation are per channel and elementwise, so they commute with the
     # rearrangement.
     batch, out_hw = x.shape[0], geometry.output_hw(x.shape[1:3], kernel.shape[:2])
-    x, dilated = _dilation.to_subgrids(x, geometry, kernel.shape[:2])
+    x, dilated = _dilation.to_subgrids(x, geometry)
     restore = lambda y, g=geometry: _dilation.from_subgrids(y, g, batch, out_hw)
     geometry = dilated
   if _runs_transposed(x.dtype, kernel.shape[:2], geometry):
