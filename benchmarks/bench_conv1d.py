@@ -23,7 +23,7 @@ conv1d.png under --out.
 
   python benchmarks/bench_conv1d.py --out build/bench-conv1d            # every point
   python benchmarks/bench_conv1d.py --out build/b-k4 --kernel-sizes 4  # a third of them
-  python benchmarks/bench_conv1d.py --out /tmp/b --smoke                 # harness check on a CPU
+  python benchmarks/bench_conv1d.py --out build/conv1d-smoke --smoke       # harness check on a CPU
 """
 
 from __future__ import annotations

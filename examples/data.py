@@ -24,7 +24,7 @@ a sharding, and reports as its state the Grain state of the first batch not yet
 handed out, which is what a checkpoint must record.
 
   # Write the generated data set as an ImageFolder of JPEGs (train/ and val/):
-  python examples/data.py --write-image-folder /tmp/synthetic_jpegs --size 256 --classes 100
+  python examples/data.py --write-image-folder build/synthetic_jpegs --size 256 --classes 100
 """
 
 from __future__ import annotations
