@@ -1,0 +1,121 @@
+"""Does the input pipeline keep the GPU busy? The training step fed by Grain against the same step on device-resident data.
+
+  python examples/bench_pipeline.py --model replknet31b --bf16 --batch 64 --image-size 224 \\
+      --out benchmarks/results/pipeline_replknet31b_bf16.csv
+
+An ImageFolder of generated JPEGs (examples/data.py's SyntheticImages, written
+at 256x256, the size of a resized ImageNet photograph) is read by the training
+example's own pipeline (data.train_dataset: decode, random-resized crop to
+--image-size and flip in --workers processes; data.DeviceIterator: transfers
+issued ahead of the step) and fed to examples/train.py's jitted step. The same
+step is then timed on one batch that stays on the device. Both loops run
+--steps steps after --warmup steps, and end on a block_until_ready, so each
+time is the wall time of a step as a training run sees it; `slowdown` is
+pipeline over resident (1.00 = the pipeline costs nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "benchmarks"))
+import data  # noqa: E402
+from models import DWCONVS, MODELS  # noqa: E402
+from provenance import provenance  # noqa: E402
+from train import CONVS, make_optimizer, make_train_step  # noqa: E402
+
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+
+
+def timed_steps(train_step, variables, opt_state, batches, warmup, steps):
+  """Seconds per step over `steps` steps after `warmup`; batches yields (x, y) on the device."""
+  for _ in range(warmup):
+    x, y = next(batches)
+    variables, opt_state, loss, _ = train_step(variables, opt_state, x, y)
+  loss.block_until_ready()
+  start = time.perf_counter()
+  for _ in range(steps):
+    x, y = next(batches)
+    variables, opt_state, loss, _ = train_step(variables, opt_state, x, y)
+  loss.block_until_ready()
+  return (time.perf_counter() - start) / steps, variables, opt_state, float(loss)
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--model", default="replknet31b", choices=sorted(MODELS))
+  parser.add_argument("--conv", default="flashdwc", choices=sorted(CONVS))
+  parser.add_argument("--batch", type=int, default=64, help="global batch")
+  parser.add_argument("--image-size", type=int, default=224)
+  parser.add_argument("--bf16", action="store_true")
+  parser.add_argument("--images", type=int, default=2048, help="JPEGs written for the ImageFolder")
+  parser.add_argument("--classes", type=int, default=100)
+  parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
+  parser.add_argument("--prefetch", type=int, default=2)
+  parser.add_argument("--warmup", type=int, default=5)
+  parser.add_argument("--steps", type=int, default=30)
+  parser.add_argument("--data-dir", default=None, help="an ImageFolder to read (default: write one to a temporary folder)")
+  parser.add_argument("--out", default=None, help="CSV to write")
+  args = parser.parse_args(argv)
+
+  devices = jax.devices()
+  if args.batch % len(devices):
+    raise ValueError(f"--batch {args.batch} must be a multiple of the {len(devices)} devices")
+  sharding = NamedSharding(Mesh(np.array(devices), ("data",)), P("data"))
+  with tempfile.TemporaryDirectory() as tmp:
+    root = args.data_dir
+    if root is None:
+      start = time.perf_counter()
+      root = os.path.join(tmp, "train")
+      data.write_image_folder(tmp, data.SyntheticImages(args.images, args.classes, 256, 0, "train"), "train")
+      print(f"wrote {args.images} JPEGs in {time.perf_counter() - start:.1f} s", flush=True)
+    source = data.ImageFolder(root)
+    dtype = jnp.bfloat16 if args.bf16 else jnp.float32
+    model = MODELS[args.model](DWCONVS[CONVS[args.conv]], len(source.classes), dtype)
+    optimizer = make_optimizer(1e-3, 1000, 10)
+    variables = jax.jit(model.init)(jax.random.key(0), jnp.zeros((1, args.image_size, args.image_size, 3)))
+    opt_state = optimizer.init(variables["params"])
+    train_step = make_train_step(model, optimizer)
+
+    pipeline = data.DeviceIterator(
+        data.train_dataset(source, image_size=args.image_size, batch_size=args.batch, workers=args.workers),
+        sharding, depth=args.prefetch)
+    from_pipeline = ((b["image"], b["label"]) for b in pipeline)
+    first = next(pipeline)
+    resident = iter(lambda: (first["image"], first["label"]), None)
+
+    # The resident loop first, so that it also carries the compilation.
+    t_resident, variables, opt_state, _ = timed_steps(train_step, variables, opt_state, resident,
+                                                      args.warmup, args.steps)
+    t_pipeline, variables, opt_state, loss = timed_steps(train_step, variables, opt_state, from_pipeline,
+                                                         args.warmup, args.steps)
+    pipeline.close()
+
+  row = {"model": args.model, "conv": args.conv, "batch": args.batch, "image_size": args.image_size,
+         "dtype": "bfloat16" if args.bf16 else "float32", "workers": args.workers, "steps": args.steps,
+         "resident_ms": f"{1e3 * t_resident:.2f}", "pipeline_ms": f"{1e3 * t_pipeline:.2f}",
+         "slowdown": f"{t_pipeline / t_resident:.3f}", "images_per_s": f"{args.batch / t_pipeline:.0f}",
+         "final_loss": f"{loss:.4f}", **provenance()}
+  print(", ".join(f"{k}={v}" for k, v in row.items()))
+  if args.out:
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w", newline="") as f:
+      writer = csv.DictWriter(f, fieldnames=list(row))
+      writer.writeheader()
+      writer.writerow(row)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
