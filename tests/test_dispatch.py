@@ -170,47 +170,47 @@ def test_filter_gradient_plan_covers_every_kernel():
 # model's layer: time it (benchmarks/bench_layers.py) before updating the table.
 REGISTRY_PLANS = {
     "mobilenet_v2/112x112x32_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'rowstream'),
-    "mobilenet_v2/112x112x96_s2": ('gemv', 'gemv', 'gather', 'small', 'small'),
+    "mobilenet_v2/112x112x96_s2": ('gemv', 'gemv', 'phase', 'small', 'small'),
     "mobilenet_v2/56x56x144_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
-    "mobilenet_v2/56x56x144_s2": ('gemv', 'gemv', 'gather', 'small', 'small'),
+    "mobilenet_v2/56x56x144_s2": ('gemv', 'gemv', 'phase', 'small', 'small'),
     "mobilenet_v2/28x28x192_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
-    "mobilenet_v2/28x28x192_s2": ('gemv', 'gemv', 'gather', 'small', 'small'),
+    "mobilenet_v2/28x28x192_s2": ('gemv', 'gemv', 'phase', 'small', 'small'),
     "mobilenet_v2/14x14x384_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "mobilenet_v2/14x14x576_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
-    "mobilenet_v2/14x14x576_s2": ('gemv', 'gemv', 'gather', 'small', 'small'),
+    "mobilenet_v2/14x14x576_s2": ('gemv', 'gemv', 'phase', 'small', 'small'),
     "mobilenet_v2/7x7x960_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "mobilenet_v3_large/112x112x16_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
-    "mobilenet_v3_large/112x112x64_k3_s2": ('gemv', 'gemv', 'gather', 'small', 'small'),
+    "mobilenet_v3_large/112x112x64_k3_s2": ('gemv', 'gemv', 'phase', 'small', 'small'),
     "mobilenet_v3_large/56x56x72_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
-    "mobilenet_v3_large/56x56x72_k5_s2": ('gemv', 'gemv', 'gather', 'small', 'small'),
+    "mobilenet_v3_large/56x56x72_k5_s2": ('gemv', 'gemv', 'phase', 'small', 'small'),
     "mobilenet_v3_large/28x28x120_k5_s1": ('mma', 'rowstream', 'forward:mma', 'small', 'small'),
-    "mobilenet_v3_large/28x28x240_k3_s2": ('gemv', 'gemv', 'gather', 'small', 'small'),
+    "mobilenet_v3_large/28x28x240_k3_s2": ('gemv', 'gemv', 'phase', 'small', 'small'),
     "mobilenet_v3_large/14x14x200_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
     "mobilenet_v3_large/14x14x480_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
     "mobilenet_v3_large/14x14x672_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
-    "mobilenet_v3_large/14x14x672_k5_s2": ('gemv', 'gemv', 'gather', 'small', 'small'),
+    "mobilenet_v3_large/14x14x672_k5_s2": ('gemv', 'gemv', 'phase', 'small', 'small'),
     "mobilenet_v3_large/7x7x960_k5_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "efficientnet_b0/112x112x32_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'rowstream'),
-    "efficientnet_b0/112x112x96_k3_s2": ('gemv', 'gemv', 'gather', 'small', 'small'),
+    "efficientnet_b0/112x112x96_k3_s2": ('gemv', 'gemv', 'phase', 'small', 'small'),
     "efficientnet_b0/56x56x144_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
-    "efficientnet_b0/56x56x144_k5_s2": ('gemv', 'gemv', 'gather', 'small', 'small'),
+    "efficientnet_b0/56x56x144_k5_s2": ('gemv', 'gemv', 'phase', 'small', 'small'),
     "efficientnet_b0/28x28x240_k5_s1": ('mma', 'rowstream', 'forward:mma', 'small', 'small'),
-    "efficientnet_b0/28x28x240_k3_s2": ('gemv', 'gemv', 'gather', 'small', 'small'),
+    "efficientnet_b0/28x28x240_k3_s2": ('gemv', 'gemv', 'phase', 'small', 'small'),
     "efficientnet_b0/14x14x480_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
     "efficientnet_b0/14x14x480_k5_s1": ('mma', 'rowstream', 'forward:mma', 'small', 'small'),
     "efficientnet_b0/14x14x672_k5_s1": ('mma', 'rowstream', 'forward:mma', 'small', 'small'),
-    "efficientnet_b0/14x14x672_k5_s2": ('gemv', 'gemv', 'gather', 'small', 'small'),
+    "efficientnet_b0/14x14x672_k5_s2": ('gemv', 'gemv', 'phase', 'small', 'small'),
     "efficientnet_b0/7x7x1152_k5_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "efficientnet_b0/7x7x1152_k3_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "efficientnet_b3/150x150x40_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
-    "efficientnet_b3/150x150x144_k3_s2": ('gemv', 'gemv', 'gather', 'small', 'small'),
+    "efficientnet_b3/150x150x144_k3_s2": ('gemv', 'gemv', 'phase', 'small', 'small'),
     "efficientnet_b3/75x75x192_k3_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'rowstream'),
-    "efficientnet_b3/75x75x192_k5_s2": ('gemv', 'gemv', 'gather', 'small', 'small'),
+    "efficientnet_b3/75x75x192_k5_s2": ('gemv', 'gemv', 'phase', 'small', 'small'),
     "efficientnet_b3/38x38x288_k5_s1": ('mma', 'rowstream', 'forward:mma', 'small', 'rowstream'),
-    "efficientnet_b3/38x38x288_k3_s2": ('gemv', 'gemv', 'gather', 'small', 'small'),
+    "efficientnet_b3/38x38x288_k3_s2": ('gemv', 'gemv', 'phase', 'small', 'small'),
     "efficientnet_b3/19x19x576_k3_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "efficientnet_b3/19x19x816_k5_s1": ('mma', 'rowstream', 'forward:mma', 'small', 'small'),
-    "efficientnet_b3/19x19x816_k5_s2": ('gemv', 'gemv', 'gather', 'small', 'small'),
+    "efficientnet_b3/19x19x816_k5_s2": ('gemv', 'gemv', 'phase', 'small', 'small'),
     "efficientnet_b3/10x10x1392_k5_s1": ('mma', 'rowstream', 'forward:mma', 'small', 'small'),
     "efficientnet_b3/10x10x1392_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
     "convnext_t/stage_56x56x96": ('mma', 'rowstream', 'forward:mma', 'mma', 'rowstream'),
@@ -307,7 +307,24 @@ def test_input_gradient_plan():
   assert _native.plan_bwd_data(p, half_precision=True, device=H100) == "forward:mma"
   assert _native.plan_bwd_data({**p, "kernel_h": 3, "kernel_w": 3}, half_precision=True, device=H100) == \
       "forward:regfilter"
-  assert _native.plan_bwd_data({**p, "stride_h": 2, "stride_w": 2, "out_h": 32, "out_w": 32}, device=H100) == "gather"
+  s2 = {**p, "stride_h": 2, "stride_w": 2, "out_h": 32, "out_w": 32}
+  assert _native.plan_bwd_data(s2, device=H100) == "gather"  # 7x7
+  # Stride 2, square 3x3 and 5x5: the polyphase kernel, where C is a multiple of its
+  # channels a thread (8 fp16/bf16 and 4 fp32 at 3x3, 4 and 2 at 5x5).
+  for k in (3, 5):
+    q = {**s2, "kernel_h": k, "kernel_w": k, "pad_top": k // 2, "pad_left": 0}
+    assert _native.plan_bwd_data(q, half_precision=True, device=H100) == "phase"
+    assert _native.plan_bwd_data(q, device=H100) == "phase"
+  c = lambda k, ch: {**s2, "kernel_h": k, "kernel_w": k, "channels": ch}
+  assert _native.plan_bwd_data(c(3, 12), half_precision=True, device=H100) == "gather"
+  assert _native.plan_bwd_data(c(3, 12), device=H100) == "phase"
+  assert _native.plan_bwd_data(c(5, 12), half_precision=True, device=H100) == "phase"
+  assert _native.plan_bwd_data(c(5, 6), half_precision=True, device=H100) == "gather"
+  assert _native.plan_bwd_data(c(5, 6), device=H100) == "phase"
+  # Not square, another stride, or dilated: the gather kernel.
+  assert _native.plan_bwd_data({**c(3, 64), "kernel_w": 5}, device=H100) == "gather"
+  assert _native.plan_bwd_data({**c(3, 64), "stride_w": 1}, device=H100) == "gather"
+  assert _native.plan_bwd_data({**c(3, 64), "dilation_h": 2}, device=H100) == "gather"
 
 
 def test_filter_gradient_tensor_core_bounds():
