@@ -14,7 +14,8 @@
 // flight. Here the filter is loaded once a thread, a thread's dy loads of a step are
 // independent of its FMAs and stores and go out one step ahead, and each dy vector
 // feeds (up to) the four dx positions of its 2x2 block with no reload: per 2x2 block
-// J + 1 loads and 4 stores, against 9 vector loads (3x3) in the gather kernel.
+// J + 1 vector loads and 4 stores, against the gather kernel's 9 dy and 9 filter loads
+// at 3x3 (a pair for each of the block's 4 + 2 + 2 + 1 taps).
 #pragma once
 
 #include <cstdint>
