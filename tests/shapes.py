@@ -127,6 +127,24 @@ TEST_CASES = [
     # the third ragged (40 = 16 + 16 + 8); 26 rows in three (9 + 9 + 8), 2 images a strip.
     ConvCase("k17_c40_w100_nine_rows", 1, 20, 100, 40, 17, 17),
     ConvCase("k26x17_w60_nine_rows", 2, 28, 60, 16, 26, 17),
+    # The stride-2 polyphase input gradient (csrc/bwd_data/phase.cuh; square 3x3 and
+    # 5x5, C a multiple of 8 fp16/bf16 and 4 fp32 at 3x3, 4 and 2 at 5x5): odd and even
+    # maps with asymmetric padding, padding on one side only, and a padding of K - 1
+    # that leaves a dx edge fed by one dy row; C = 12 takes it at 5x5 in every dtype
+    # and at 3x3 in fp32 only (the gather kernel in fp16/bf16).
+    ConvCase("phase_s2_k3_odd_asym", 2, 13, 11, 24, 3, 3, strides=2, padding=((0, 2), (2, 1))),
+    ConvCase("phase_s2_k3_even_pad2", 1, 10, 12, 16, 3, 3, strides=2, padding=((2, 0), (1, 2))),
+    ConvCase("phase_s2_k5_odd_asym", 2, 15, 9, 16, 5, 5, strides=2, padding=((4, 1), (0, 3))),
+    ConvCase("phase_s2_k5_c12_same", 1, 17, 14, 12, 5, 5, strides=2),
+    ConvCase("phase_s2_k3_c12_valid", 3, 9, 7, 12, 3, 3, strides=2, padding="VALID"),
+]
+
+# Stride-2 input gradients large enough that the polyphase kernel gives a thread runs
+# of several phase rows (bwd_data_phase_rows_per_thread: about one thread per 2048
+# SM thread slots; 2-6 rows on a 132-SM H100 here), most ragged at the image's bottom.
+PHASE_RUN_CASES = [
+    ConvCase("phase_runs_s2_k3", 32, 113, 111, 64, 3, 3, strides=2, padding=((1, 0), (0, 1))),
+    ConvCase("phase_runs_s2_k5", 16, 121, 97, 48, 5, 5, strides=2, padding=((2, 2), (3, 1))),
 ]
 
 # One case per forward kernel family, for the fused epilogue and prologue tests:

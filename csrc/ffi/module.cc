@@ -106,14 +106,11 @@ NB_MODULE(_jax_flashdwc, m) {
   m.def(
       "plan_bwd_data",
       [](nb::dict problem, bool half_precision, nb::object device) {
-        const flashdwc::BwdDataPlan plan =
-            flashdwc::plan_bwd_data(params_from(problem), half_precision, limits_from(device));
-        return plan.kernel == flashdwc::BwdDataKernel::kGather
-                   ? std::string("gather")
-                   : std::string("forward:") + flashdwc::fwd_kernel_name(plan.forward);
+        return flashdwc::bwd_data_plan_name(
+            flashdwc::plan_bwd_data(params_from(problem), half_precision, limits_from(device)));
       },
       nb::arg("problem"), nb::arg("half_precision") = false, nb::arg("device") = nb::none(),
-      "The input gradient's kernel: 'gather', or 'forward:KERNEL' on the rotated filter.");
+      "The input gradient's kernel: 'phase', 'gather', or 'forward:KERNEL' on the rotated filter.");
   m.def(
       "plan_bwd_filter",
       [](nb::dict problem, bool half_precision, bool deterministic, nb::object device) {

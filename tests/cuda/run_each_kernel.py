@@ -21,7 +21,7 @@ CASES = [
     (1, 20, 21, 12, 4, 4, 1, 1, jnp.float32),     # GEMV fwd (KW 4), stride-1 bwd_data on GEMV
     (1, 21, 48, 40, 13, 13, 1, 1, jnp.float32),   # GEMV fwd at k 13, lane bwd_filter TM 13
     (1, 9, 28, 40, 9, 9, 1, 1, jnp.float32),      # lane bwd_filter TM 9, a ragged channel block
-    (2, 19, 37, 42, 5, 5, 2, 1, jnp.float32),     # GEMV stride 2, direct bwd_data, split bwd_filter (stride 2)
+    (2, 19, 37, 42, 5, 5, 2, 1, jnp.float32),     # GEMV stride 2, phase bwd_data (5x5, 2 channels), split bwd_filter
     (1, 17, 140, 24, 9, 9, 1, 1, jnp.bfloat16),   # tensor cores: fwd (2 strips, masked channels), bwd_data, bwd_filter
     (1, 40, 40, 16, 31, 31, 1, 1, jnp.float16),   # tensor cores: fwd (filter chunks), bwd_filter (2 M tiles, 2 groups)
     (2, 11, 13, 6, 3, 3, 3, 2, jnp.float32),      # direct fwd, direct bwd_data, direct bwd_filter
@@ -31,7 +31,8 @@ CASES = [
                                                   # fwd and bwd_data at 3x3 (row-stream fwd with the prologue)
     (2, 13, 41, 64, 5, 5, 1, 1, jnp.float16),     # register-filter fwd and bwd_data at 5x5, a last strip of 1
     (2, 13, 29, 72, 4, 4, 1, 1, jnp.bfloat16),    # half GEMV, 64-channel blocks, 16-byte loads; split bwd_filter
-    (2, 13, 29, 100, 5, 5, 2, 1, jnp.float16),    # half GEMV stride 2, scalar (C % 8 != 0)
+    (2, 13, 29, 100, 5, 5, 2, 1, jnp.float16),    # half GEMV stride 2, scalar (C % 8 != 0); phase bwd_data at 5x5
+    (2, 13, 15, 24, 3, 3, 2, 1, jnp.bfloat16),    # phase bwd_data at 3x3 (8 channels a thread), odd map
 ]
 
 
