@@ -210,6 +210,18 @@ struct Wgmma<64> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
   }
 };
+template <>
+struct Wgmma<128> {
+  __device__ __forceinline__ static void run(float (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+        "{%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
+        : WG_D4(0), WG_D4(4), WG_D4(8), WG_D4(12), WG_D4(16), WG_D4(20), WG_D4(24), WG_D4(28), WG_D4(32), WG_D4(36), WG_D4(40), WG_D4(44), WG_D4(48), WG_D4(52), WG_D4(56), WG_D4(60)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+  }
+};
 #undef WG_D4
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
@@ -311,7 +323,7 @@ __host__ __device__ constexpr int brick_rows(int kh) {
 }
 template <int NQ, int RN>
 __host__ __device__ inline int conv_smem_bytes(int kh, int kw) {
-  const int b = NQ * brick_rows<NQ, RN>(kh) * kBrickBytes;
+  const int b = (NQ * brick_rows<NQ, RN>(kh) + RN) * kBrickBytes;  // + RN zero bricks
   const int ring = kSlots * kUnits * xw_for(NQ) * 2;
   const int taps = (kh * kw * 2 + 15) / 16 * 16;
   return b + ring + taps;
@@ -329,7 +341,7 @@ __global__ void __launch_bounds__(kThreads, 1) dwconv_fwd_wgmma_kernel(const Con
   const int rows_b = brick_rows<NQ, RN>(p.kh);
   const int q_stride = rows_b * kBrickBytes;
   unsigned char* bsm = smem;
-  unsigned char* ring = smem + NQ * q_stride;
+  unsigned char* ring = smem + NQ * q_stride + RN * kBrickBytes;
   uint16_t* taps = reinterpret_cast<uint16_t*>(ring + kSlots * kUnits * XW * 2);
   constexpr int kSlotBytes = kUnits * XW * 2;
 
@@ -345,13 +357,13 @@ __global__ void __launch_bounds__(kThreads, 1) dwconv_fwd_wgmma_kernel(const Con
     __syncthreads();
     // Word (two k's) at a time: brick (q, r), core matrix kb, row t, k pair kk2.
     uint32_t* bw = reinterpret_cast<uint32_t*>(bsm);
-    const int words = NQ * rows_b * (kBrickBytes / 4);
+    const int words = (NQ * rows_b + RN) * (kBrickBytes / 4);  // the last RN bricks: zeros
     for (int i = tid; i < words; i += kThreads) {
       const int within = i % (kBrickBytes / 4);  // kb * 32 + t * 4 + kk2
       const int brick = i / (kBrickBytes / 4);   // q * rows_b + r
       const int q = brick / rows_b, r = brick % rows_b;
       const int kb = within / 32, t = (within / 4) % 8, kk = 2 * (within % 4);
-      const int khr = p.kh - 1 + P - r;
+      const int khr = q < NQ ? p.kh - 1 + P - r : -1;
       uint32_t v = 0;
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
@@ -363,10 +375,12 @@ __global__ void __launch_bounds__(kThreads, 1) dwconv_fwd_wgmma_kernel(const Con
     fence_proxy_async();  // B is read by wgmma (async proxy)
   }
 
-  // ---- staging: step s = tile t, tile row i; input row t R - ph + i ----
+  // ---- staging: tile t, tile row i is input row t R - ph + i; only rows inside the
+  // image are steps (rows outside are zeros and would add nothing) ----
   const int steps = kR + p.kh - 1;
   const int tiles = (p.h + kR - 1) / kR;
-  const int total = tiles * steps;
+  auto i_begin = [&](int t) { return max(0, p.ph - t * kR); };
+  auto i_end = [&](int t) { return min(steps, p.h + p.ph - t * kR); };
   const uint32_t ring_base = smem_u32(ring);
   // This thread's chunk of every staged row.
   const int su = tid / kChunks, sch = tid % kChunks;
@@ -377,18 +391,25 @@ __global__ void __launch_bounds__(kThreads, 1) dwconv_fwd_wgmma_kernel(const Con
   const uint16_t* src_plane =
       reinterpret_cast<const uint16_t*>(p.xt) + (int64_t(c) * p.n_img + sn) * p.h * int64_t(p.wpad) + swt * kUnitW + 8 * sch;
   const uint32_t dst_off = uint32_t(su * XW * 2 + 16 * sch);
-  auto stage = [&](int s) {
-    if (stager && s < total) {
-      const int t = s / steps, i = s - t * steps;
-      const int ih = t * kR - p.ph + i;
-      const bool ok = sunit_ok && ih >= 0 && ih < p.h;
-      const uint16_t* src = ok ? src_plane + int64_t(ih) * p.wpad : src_plane;
-      cp_async16(ring_base + uint32_t(s % kSlots) * kSlotBytes + dst_off, src, ok ? 16u : 0u);
+  // Staging cursor: tile pt, row pi, sp rows staged so far (row sp goes to slot sp % kSlots).
+  int pt = 0, pi = i_begin(0), sp = 0;
+  auto stage_next = [&]() {
+    if (pt < tiles) {
+      if (stager) {
+        const int ih = pt * kR - p.ph + pi;  // inside the image
+        cp_async16(ring_base + uint32_t(sp % kSlots) * kSlotBytes + dst_off,
+                   sunit_ok ? src_plane + int64_t(ih) * p.wpad : src_plane, sunit_ok ? 16u : 0u);
+      }
+      ++sp;
+      if (++pi == i_end(pt)) {
+        ++pt;
+        if (pt < tiles) pi = i_begin(pt);
+      }
     }
     cp_async_commit();  // one group per step, empty or not
   };
 #pragma unroll 1
-  for (int s = 0; s < kD; ++s) stage(s);
+  for (int s = 0; s < kD; ++s) stage_next();
 
   // ---- per-lane constants ----
   const int warp = tid / 32, lane = tid % 32;
@@ -400,11 +421,6 @@ __global__ void __launch_bounds__(kThreads, 1) dwconv_fwd_wgmma_kernel(const Con
   const uint64_t desc0 = make_desc(b_base, p.strides);
 
   float acc[G][N / 2];
-#pragma unroll
-  for (int g = 0; g < G; ++g)
-#pragma unroll
-    for (int e = 0; e < N / 2; ++e) acc[g][e] = 0.0f;
-  uint32_t areg[2][NQ][4];
 
   // Output: lane (gq = lane / 4, tig) of warp w holds, for group g, block j, element e:
   // A row m = 16 w + gq + 8 (e / 2) -> unit 2w + e / 2, segment gq; column 8j + 2tig + e % 2
@@ -430,51 +446,47 @@ __global__ void __launch_bounds__(kThreads, 1) dwconv_fwd_wgmma_kernel(const Con
     }
   };
 
-  auto step = [&](int s, uint32_t(&a)[NQ][4]) {
-    cp_async_wait<kD - 1>();  // this thread's chunk of step s has landed
-    __syncthreads();          // everyone's has; everyone is done reading step s - 1's slot
-    stage(s + kD);            // into the slot of step s - 1
-    const int t = s / steps, i = s - t * steps;
-    const uint32_t slot = ring_base + uint32_t(s % kSlots) * kSlotBytes + a_off;
+  // One loop turn a tile row: wait for its staged row, stage the row kD ahead, A by
+  // ldmatrix, the wgmmas of every row group and k-step, then wait for them (A is one
+  // register buffer; other blocks on the SM keep the tensor cores busy meanwhile).
+  // No wgmma sits in a conditional path: ptxas serializes all of them (C7520) if one
+  // does, so a group whose rows are all outside the filter at this row multiplies the
+  // zero bricks instead of being skipped, and the accumulators are zeroed and stored
+  // outside the row loop.
+  const uint32_t zero_off = uint32_t(NQ * q_stride);
+  int s = 0;
+#pragma unroll 1
+  for (int t = 0; t < tiles; ++t) {
 #pragma unroll
-    for (int q = 0; q < NQ; ++q) ldmatrix_x4(a[q], slot + 32u * q);
-    const int ih = t * kR - p.ph + i;
-    if (ih >= 0 && ih < p.h) {  // block-uniform: rows outside the image are zeros
+    for (int g = 0; g < G; ++g)
+#pragma unroll
+      for (int e = 0; e < N / 2; ++e) acc[g][e] = 0.0f;
+    const int ie = i_end(t);
+#pragma unroll 1
+    for (int i = i_begin(t); i < ie; ++i, ++s) {
+      cp_async_wait<kD - 1>();  // this thread's chunk of row s has landed
+      __syncthreads();          // everyone's has; everyone is done reading row s - 1's slot
+      stage_next();             // row s + kD, into the slot of row s - 1
+      const uint32_t slot = ring_base + uint32_t(s % kSlots) * kSlotBytes + a_off;
+      uint32_t a[NQ][4];
+#pragma unroll
+      for (int q = 0; q < NQ; ++q) ldmatrix_x4(a[q], slot + 32u * q);
       wgmma_fence();
 #pragma unroll
       for (int g = 0; g < G; ++g) {
         const int j0 = i - g * RN;  // filter row of the group's first output row
-        if (j0 >= 0 && j0 <= p.kh + RN - 2) {
-          const int r0 = p.kh - 1 + P - j0;  // brick row of block 0
+        const bool active = j0 >= 0 && j0 <= p.kh + RN - 2;
+        const int r0 = p.kh - 1 + P - j0;  // brick row of block 0 (in range when active)
 #pragma unroll
-          for (int q = 0; q < NQ; ++q) {
-            const uint64_t desc = desc0 + uint64_t(uint32_t(q * q_stride + r0 * kBrickBytes) >> 4);
-            Wgmma<N>::run(acc[g], a[q], desc);
-          }
+        for (int q = 0; q < NQ; ++q) {
+          const uint32_t off = active ? uint32_t(q * q_stride + r0 * kBrickBytes) : zero_off;
+          Wgmma<N>::run(acc[g], a[q], desc0 + uint64_t(off >> 4));
         }
       }
-    }
-    // One group per step, empty where the row is outside the image, so that wait 1
-    // always leaves only this step's group pending: the previous step's wgmmas are done
-    // and its A buffer (the next step's) may be reloaded.
-    wgmma_commit();
-    wgmma_wait<1>();
-    if (i == steps - 1) {
+      wgmma_commit();
       wgmma_wait<0>();
-      store_tile(t);
-#pragma unroll
-      for (int g = 0; g < G; ++g)
-#pragma unroll
-        for (int e = 0; e < N / 2; ++e) acc[g][e] = 0.0f;
     }
-  };
-
-  // B stores and fences of every thread are ordered before the first wgmma by the
-  // barrier in the first step.
-#pragma unroll 1
-  for (int s = 0; s < total; s += 2) {
-    step(s, areg[0]);
-    if (s + 1 < total) step(s + 1, areg[1]);
+    store_tile(t);
   }
   wgmma_wait<0>();
   cp_async_wait<0>();
@@ -649,6 +661,7 @@ void conv_call_rn(int rn, bool prepare, const ConvArgs& a, dim3 grid) {
     case 2: conv_call<NQ, 2>(prepare, a, grid); break;
     case 4: conv_call<NQ, 4>(prepare, a, grid); break;
     case 8: conv_call<NQ, 8>(prepare, a, grid); break;
+    case 16: conv_call<NQ, 16>(prepare, a, grid); break;
     default: std::printf("bad RN\n"); std::exit(2);
   }
 }
@@ -664,10 +677,10 @@ void conv_call_any(int nq, int rn, bool prepare, const ConvArgs& a, dim3 grid) {
 int smem_any(int nq, int rn, int kh, int kw) {
 #define SM_CASE(Q, R) \
   if (nq == Q && rn == R) return conv_smem_bytes<Q, R>(kh, kw);
-  SM_CASE(1, 1) SM_CASE(1, 2) SM_CASE(1, 4) SM_CASE(1, 8)
-  SM_CASE(2, 1) SM_CASE(2, 2) SM_CASE(2, 4) SM_CASE(2, 8)
-  SM_CASE(3, 1) SM_CASE(3, 2) SM_CASE(3, 4) SM_CASE(3, 8)
-  SM_CASE(4, 1) SM_CASE(4, 2) SM_CASE(4, 4) SM_CASE(4, 8)
+  SM_CASE(1, 1) SM_CASE(1, 2) SM_CASE(1, 4) SM_CASE(1, 8) SM_CASE(1, 16)
+  SM_CASE(2, 1) SM_CASE(2, 2) SM_CASE(2, 4) SM_CASE(2, 8) SM_CASE(2, 16)
+  SM_CASE(3, 1) SM_CASE(3, 2) SM_CASE(3, 4) SM_CASE(3, 8) SM_CASE(3, 16)
+  SM_CASE(4, 1) SM_CASE(4, 2) SM_CASE(4, 4) SM_CASE(4, 8) SM_CASE(4, 16)
 #undef SM_CASE
   return -1;
 }
@@ -714,7 +727,7 @@ bool run_point(const Problem& pr, DescStrides strides, int max_smem) {
   auto from_planar = [&] { from_planar_kernel<<<tgrid, 256, tout_smem>>>(yt, y, pr.n, pr.h, pr.w, pr.c, wy); };
   const double flops = 2.0 * double(nx) * kh * kw;
   bool ok_all = true;
-  const int rns[4] = {1, 2, 4, 8};
+  const int rns[5] = {1, 2, 4, 8, 16};
   for (int rn : rns) {
     const int smem = smem_any(nq, rn, kh, kw);
     if (smem > max_smem) {
@@ -820,8 +833,9 @@ int main() {
                   "below will fail too\n");
     }
   }
-  unit_test<16>(use, true);
-  unit_test<32>(use, true);
+  unit_ok = unit_test<16>(use, true) && unit_ok;
+  unit_ok = unit_test<32>(use, true) && unit_ok;
+  unit_ok = unit_test<128>(use, true) && unit_ok;
 
   const Problem points[] = {{128, 64, 64, 256, 7}, {128, 64, 64, 256, 17}, {128, 64, 64, 256, 31},
                             {128, 64, 64, 256, 51}, {64, 56, 56, 96, 7},
