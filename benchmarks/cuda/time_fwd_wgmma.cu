@@ -37,18 +37,26 @@
 //    kh = KH - 1 + P - r (P = RN - 1 zero rows on each side), so B_i's 8-column blocks
 //    b = b0 .. b0 + RN - 1 are consecutive bricks and one descriptor (start = brick
 //    r0 = KH - 1 + P - (i - b0), N-direction stride one brick) addresses them.
-//    The R rows go in G = R / RN groups of RN rows (N = 8 RN per wgmma); a group whose
-//    rows all fall outside [0, KH) at this i is skipped. RN is a template parameter and
-//    every point is timed at RN = 1, 2, 4, 8 (N = 8, 16, 32, 64): small N wastes nothing
-//    on rows outside the filter but issues R / RN times more wgmmas; which wins is a
-//    property of the tensor cores at small N, to be measured.
-//    Useful share of issued MACs (k-steps x row groups), R = 16:
-//      KW/(16 NQ) x KH / (KH + RN - 1)  (exact for interior tiles):
-//        RN = 1: 0.44 0.53 0.65 0.80 at k = 7, 17, 31, 51
-//        RN = 2: 0.38 0.50 0.63 0.78
-//        RN = 4: 0.33 0.45 0.59 0.75
-//        RN = 8: 0.22 0.37 0.52 0.70
-//    Rows of the tile outside the image (top and bottom padding) issue no wgmma.
+//    The R rows go in G = R / RN groups of RN rows (N = 8 RN per wgmma). A group whose
+//    rows are all outside [0, KH) at this i multiplies RN zero bricks rather than being
+//    skipped: with any wgmma in a conditional path ptxas serialized every wgmma of the
+//    kernel (C7520, "compiler-inserted WG.AR in divergent path"; checked with both
+//    skips, with each alone, and with a wgmma.fence inside the branch). So every step
+//    issues G x NQ wgmmas of N = 8 RN, the same MACs for every RN; RN (template
+//    parameter; every point is timed at RN = 1, 2, 4, 8, 16, N = 8 .. 128) only trades
+//    instruction count against N, which measures the tensor cores' rate at small N.
+//    Input rows outside the image are not steps (the row loop runs over the rows inside),
+//    so the top and bottom tiles issue less.
+//    Useful share of issued MACs, counting every tap (the TFLOP/s convention), R = 16:
+//      column share KW / (16 NQ) = 0.44, 0.53, 0.65, 0.80 at k = 7, 17, 31, 51;
+//      row share KH / (KH + R - 1) on interior tiles (0.32, 0.53, 0.67, 0.77), on
+//      H = 64 with the outside rows dropped H KH / issued rows = 0.34, 0.61, 0.80, 1.04
+//      (above 1: padding taps are counted as useful but not issued);
+//      product on 128x64x64x256: 0.149, 0.323, 0.520, 0.829, i.e. at most 117, 252, 406,
+//      647 TFLOP/s against a 780 TFLOP/s wgmma roof (64x56x56x96 k = 7: 0.145, 113).
+//    Small filters lose most to the row groups that see no filter row; a kernel for
+//    them would take R = 8 or skip groups by splitting the row loop into phases with a
+//    compile-time count of active groups (branch-free within each phase).
 //
 // Warpgroup tile: M = 64 segments = 8 units x 8 segments of 8 columns; a unit is
 // (image n, 64-column strip wt), so a 64-wide map puts 8 images in one wgmma, a 56-wide
@@ -59,8 +67,8 @@
 // Layout: the kernel reads a channel-planar, column-padded copy of x,
 //   xt[c][n][ih][pw + iw]  (row pitch Wpad = 64 WT + 16 NQ - 8, zeros outside the image
 //   columns), made by a transpose kernel; and writes yt[c][n][oh][64 WT], which a second
-//   transpose turns into NHWC y. Why: B is per channel and large (NQ (KH + 2P) 256 bytes,
-//   66 KB at k = 51, RN = 8), so a block can hold B for one channel only and must do a
+//   transpose turns into NHWC y. Why: B is per channel and large ((NQ (KH + 2P) + RN)
+//   256 bytes, 73 KB at k = 51, RN = 8), so a block can hold B for one channel only and must do a
 //   lot of work per channel; read from NHWC, one channel's elements are 2 bytes of each
 //   32-byte sector (16x the L2 traffic). Both times are printed: the kernel alone and
 //   transpose + kernel + transpose. Staging directly from NHWC (several channels a
@@ -70,13 +78,17 @@
 // Staging: each input row of the tile (8 units x XW = 56 + 16 NQ columns, 16-byte
 // aligned because column 0 of a strip is xt column 64 wt) is one cp.async of 16 bytes
 // per thread (XW / 8 <= 15 chunks a unit, 120 chunks <= 128 threads), D = 8 rows ahead
-// in a ring of D + 1 slots; rows outside the image and units past the batch are
-// zero-filled (src-size 0). A comes from shared memory by ldmatrix.x4 (one per k-step)
-// into registers in the m16n8k16 A layout, which is wgmma's register-A layout for each
-// warp's 16 rows; two A buffers alternate, and wgmma.wait_group 1 after each step keeps
-// the previous step's A alive until its wgmmas are done.
+// in a ring of D + 1 slots; only rows inside the image are staged, and units past the
+// batch are zero-filled (src-size 0). A comes from shared memory by ldmatrix.x4 (one per
+// k-step) into registers in the m16n8k16 A layout, which is wgmma's register-A layout
+// for each warp's 16 rows. One A buffer: each row's wgmmas are waited for (wait_group 0)
+// before the next row's ldmatrix; with 1-2 blocks an SM (shared memory below) the other
+// block's wgmmas fill that gap, or do not: measured by the timing, a double A buffer with
+// wait_group 1 is the variant to try if the kernel alone is far below the roof.
+// Shared memory a block: 12.5-24 KB at k = 7, 22-41 KB at 17, 41-68 KB at 31, 75-110 KB
+// at 51 (RN = 1 .. 16); registers 99-159, no spills (ptxas, figures in the notes).
 //
-// Checks in this program: (1) a unit test of one register-A wgmma at N = 8 and 64
+// Checks in this program: (1) a unit test of one register-A wgmma at N = 8, 16, 32, 64, 128
 // against a host GEMM (fragment layouts and descriptor), (2) every point against a
 // direct fp32 reference kernel on the same U(-1, 1) data (zeros avoided), y poisoned
 // with 0xFF bytes (NaN) first; PASS needs max |y - ref| / max |ref| <= 1e-2 and every
