@@ -26,13 +26,12 @@ _FLOAT64 = jnp.dtype(jnp.float64)
 
 # Whether problems without segment_ids and initial_state, which the 2-D kernels
 # also run (as H = 1), take the 1-D kernels instead where those apply (stride 1,
-# one output per input). By bytes moved the 1-D kernels should be the better choice
-# (a training step with a fused SiLU reads and writes an (N, L, C) tensor 5 times
-# against the 2-D path's 7, which stores the pre-activation), but their CUDA build
-# has not yet run on a GPU, while the 2-D path was measured on Mamba shapes (bf16,
-# 8x2048x3072, K = 4, H200: forward 2.3x, input gradient 2.3x, filter gradient 9x
-# XLA). So plain problems stay on the 2-D kernels until benchmarks/bench_conv1d.py
-# has timed both routes; set True to run them on the 1-D kernels.
+# one output per input). Measured on an H100 80GB HBM3 (bf16, K = 4,
+# benchmarks/bench_conv1d.py, docs/conv1d.md): the 2-D path's forward and input
+# gradient take 0.56-0.74 and 0.62-0.68 of the 1-D kernels' time (16k-32k tokens,
+# C = 1536 and 5120), the 1-D filter gradient 0.55-1.01 of the 2-D one's; the 2-D
+# path is faster per pass except the filter gradient at C = 1536, so plain problems
+# stay on it. Set True to run them on the 1-D kernels.
 PLAIN_ON_1D_KERNELS = False
 
 

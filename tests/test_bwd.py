@@ -29,7 +29,7 @@ def test_backward_matches_oracle(case, dtype, pass_name, device):
   dy = uniform(rng, y_shape, dtype)
 
   fn = jax.jit(lambda x, w, dy: all_passes(
-      lambda x, w: depthwise_conv2d(x, w, **case.conv_kwargs()), x, w, dy))
+      lambda x, w: depthwise_conv2d(x, w, implementation="flashdwc", **case.conv_kwargs()), x, w, dy))
   put = lambda a: jax.device_put(jnp.asarray(a, dtype), device)
   _, dx, dw = fn(put(x), put(w), put(dy))
 
@@ -64,7 +64,8 @@ def test_deterministic_filter_gradient_repeats_bit_for_bit(case, dtype, device):
   dy = put(uniform(rng, oracle(x, w, case).shape, dtype))
 
   def filter_grad(deterministic):
-    conv = lambda w: depthwise_conv2d(x, w, deterministic=deterministic, **case.conv_kwargs())
+    conv = lambda w: depthwise_conv2d(x, w, implementation="flashdwc", deterministic=deterministic,
+                                      **case.conv_kwargs())
     return jax.jit(lambda w, dy: jax.vjp(conv, w)[1](dy)[0])
 
   deterministic = filter_grad(True)

@@ -23,7 +23,8 @@ def test_concurrent_calls_do_not_interfere(device):
     x = jax.device_put(jnp.asarray(rng.uniform(-1, 1, case.x_shape), jnp.float32), device)
     w = jax.device_put(jnp.asarray(rng.uniform(-1, 1, case.kernel_shape), jnp.float32), device)
     def loss(x, w, case=case):
-      return jnp.sum(jnp.tanh(depthwise_conv2d(x, w, deterministic=True, **case.conv_kwargs())))
+      return jnp.sum(jnp.tanh(depthwise_conv2d(x, w, implementation="flashdwc", deterministic=True,
+                                               **case.conv_kwargs())))
 
     step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
     jobs.append((step, x, w, jax.device_get(step(x, w))))  # alone, first
@@ -53,8 +54,9 @@ def test_kernels_replay_inside_command_buffers(device):
   c = case.c
 
   def loss(x, w, b, s, t):
-    plain = depthwise_conv2d(x, w, deterministic=True, **case.conv_kwargs())
-    fused = depthwise_conv2d(x, w, bias=b, activation="gelu", input_scale=s, input_shift=t, input_activation="relu",
+    plain = depthwise_conv2d(x, w, implementation="flashdwc", deterministic=True, **case.conv_kwargs())
+    fused = depthwise_conv2d(x, w, implementation="flashdwc", bias=b, activation="gelu", input_scale=s,
+                             input_shift=t, input_activation="relu",
                              deterministic=True, **case.conv_kwargs())
     return jnp.sum(jnp.tanh(plain)) + jnp.sum(fused * fused)
 

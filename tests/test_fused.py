@@ -31,7 +31,8 @@ def test_fused_forward_matches_oracle(case, dtype, activation, device):
   seed = fresh_seed()
   x, w, b = _inputs(case, dtype, np.random.default_rng(seed))
   put = lambda a: jax.device_put(jnp.asarray(a, dtype), device)
-  out = jax.jit(lambda x, w, b: depthwise_conv2d(x, w, bias=b, activation=activation, **case.conv_kwargs()))(
+  out = jax.jit(lambda x, w, b: depthwise_conv2d(x, w, implementation="flashdwc", bias=b, activation=activation,
+                                                 **case.conv_kwargs()))(
       put(x), put(w), put(b))
   assert out.dtype == jnp.dtype(dtype)
   out = np.asarray(jnp.asarray(out, jnp.float32), np.float64)

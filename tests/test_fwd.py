@@ -20,7 +20,7 @@ def test_forward_matches_oracle(case, dtype, device):
   rng = np.random.default_rng(seed)
   x = uniform(rng, case.x_shape, dtype)
   w = uniform(rng, case.kernel_shape, dtype)
-  fn = jax.jit(lambda x, w: depthwise_conv2d(x, w, **case.conv_kwargs()))
+  fn = jax.jit(lambda x, w: depthwise_conv2d(x, w, implementation="flashdwc", **case.conv_kwargs()))
   out = fn(jax.device_put(jnp.asarray(x, dtype), device), jax.device_put(jnp.asarray(w, dtype), device))
   assert out.dtype == jnp.dtype(dtype)
   assert list(out.devices())[0] == device
@@ -41,7 +41,7 @@ def test_forward_several_tiles_per_block_matches_oracle(dtype, case, device):
   rng = np.random.default_rng(seed)
   x = uniform(rng, case.x_shape, dtype)
   w = uniform(rng, case.kernel_shape, dtype)
-  out = jax.jit(lambda x, w: depthwise_conv2d(x, w, **case.conv_kwargs()))(
+  out = jax.jit(lambda x, w: depthwise_conv2d(x, w, implementation="flashdwc", **case.conv_kwargs()))(
       jax.device_put(jnp.asarray(x, dtype), device), jax.device_put(jnp.asarray(w, dtype), device))
   ref = oracle(x, w, case)
   mag = oracle(np.abs(x), np.abs(w), case)

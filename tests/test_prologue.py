@@ -49,7 +49,7 @@ def _check_prologue_forward(case, dtype, input_activation, device):
   seed = fresh_seed()
   x, w, scale, shift = _inputs(case, dtype, np.random.default_rng(seed))
   put = lambda a, dt=dtype: jax.device_put(jnp.asarray(a, dt), device)
-  fn = jax.jit(lambda x, w, s, t: depthwise_conv2d(x, w, input_scale=s, input_shift=t,
+  fn = jax.jit(lambda x, w, s, t: depthwise_conv2d(x, w, implementation="flashdwc", input_scale=s, input_shift=t,
                                                    input_activation=input_activation, **case.conv_kwargs()))
   out = fn(put(x), put(w), put(scale, jnp.float32), put(shift, jnp.float32))
   assert out.dtype == jnp.dtype(dtype)
@@ -81,7 +81,7 @@ def test_prologue_and_epilogue_together(case, device):
   put = lambda a: jax.device_put(jnp.asarray(a), device)
   kwargs = dict(bias=put(b), activation="gelu", input_scale=put(scale), input_shift=put(shift),
                 input_activation="relu", precision=jax.lax.Precision.HIGHEST, **case.conv_kwargs())
-  ours = jax.jit(lambda x, w: depthwise_conv2d(x, w, **kwargs))(put(x), put(w))
+  ours = jax.jit(lambda x, w: depthwise_conv2d(x, w, implementation="flashdwc", **kwargs))(put(x), put(w))
   ref = jax.jit(lambda x, w: depthwise_conv2d(x, w, implementation="xla", **kwargs))(put(x), put(w))
   np.testing.assert_allclose(np.asarray(ours), np.asarray(ref), rtol=1e-5, atol=1e-5 * np.sqrt(case.kh * case.kw),
                              err_msg=f"seed {seed}")
