@@ -77,7 +77,7 @@ def test_forward_plan_covers_every_kernel():
   for case in TEST_CASES:
     for half in (False, True):
       chosen.setdefault(_pick(_native, case, half_precision=half), []).append(case.name)
-  assert set(chosen) == {"regfilter", "mma", "rowstream", "gemv", "direct"}, chosen
+  assert set(chosen) == {"regfilter", "mma", "rowstream", "stride2", "gemv", "direct"}, chosen
   assert (len(chosen["rowstream"]) >= 5 and len(chosen["gemv"]) >= 10 and len(chosen["direct"]) >= 3), chosen
 
 
@@ -103,8 +103,22 @@ def test_half_precision_forward_goes_to_tensor_cores_from_k6():
   assert _pick(native, by_name["rows_k7_c128"], half_precision=True) == "mma"
   assert _pick(native, by_name["rows_k9x7_c64_narrow"], half_precision=True) == "mma"
   assert _pick(native, by_name["convnext_k7_pad3"], half_precision=True) == "mma"  # C = 40
-  assert pick(3, sw=2) == pick(7, sw=2) == "gemv"
+  assert pick(3, sw=2) == pick(7, sw=2) == "gemv"  # stride 2 along the width only
   assert pick(31, half=False) == "gemv"
+
+
+def test_stride2_3x3_and_5x5_go_to_the_stride2_kernel():
+  def pick(k=3, c=96, w=56, half=True, kh=None, sh=2, sw=2, dh=1):
+    return _fwd(channels=c, out_w=w, kernel_w=k, stride_w=sw, dilation_w=1, half_precision=half,
+                kernel_h=k if kh is None else kh, stride_h=sh, dilation_h=dh)
+
+  for half in (False, True):
+    assert pick(half=half) == pick(5, half=half) == pick(3, c=8, w=1, half=half) == "stride2"
+  # C a multiple of the channels a thread: 8 fp16/bf16 and 4 fp32 at 3x3, 4 and 2 at 5x5.
+  assert pick(c=12) == pick(5, c=6) == pick(c=6, half=False) == "gemv"
+  assert pick(c=12, half=False) == pick(5, c=12) == pick(5, c=6, half=False) == "stride2"
+  # Not square, 7x7, stride 2 on one axis only, or dilated: the GEMV kernel (or direct).
+  assert pick(kh=5) == pick(7) == pick(sh=1) == pick(dh=2) == "gemv"
 
 
 def test_half_precision_3x3_and_5x5_go_to_the_register_filter_kernel():
@@ -169,47 +183,47 @@ def test_filter_gradient_plan_covers_every_kernel():
 # model's layer: time it (benchmarks/bench_layers.py) before updating the table.
 REGISTRY_PLANS = {
     "mobilenet_v2/112x112x32_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'rowstream'),
-    "mobilenet_v2/112x112x96_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
+    "mobilenet_v2/112x112x96_s2": ('stride2', 'stride2', 'phase', 'split', 'split'),
     "mobilenet_v2/56x56x144_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
-    "mobilenet_v2/56x56x144_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
+    "mobilenet_v2/56x56x144_s2": ('stride2', 'stride2', 'phase', 'split', 'split'),
     "mobilenet_v2/28x28x192_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
-    "mobilenet_v2/28x28x192_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
+    "mobilenet_v2/28x28x192_s2": ('stride2', 'stride2', 'phase', 'split', 'split'),
     "mobilenet_v2/14x14x384_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
     "mobilenet_v2/14x14x576_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
-    "mobilenet_v2/14x14x576_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
+    "mobilenet_v2/14x14x576_s2": ('stride2', 'stride2', 'phase', 'split', 'split'),
     "mobilenet_v2/7x7x960_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
     "mobilenet_v3_large/112x112x16_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
-    "mobilenet_v3_large/112x112x64_k3_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
+    "mobilenet_v3_large/112x112x64_k3_s2": ('stride2', 'stride2', 'phase', 'split', 'split'),
     "mobilenet_v3_large/56x56x72_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
-    "mobilenet_v3_large/56x56x72_k5_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
+    "mobilenet_v3_large/56x56x72_k5_s2": ('stride2', 'stride2', 'phase', 'split', 'split'),
     "mobilenet_v3_large/28x28x120_k5_s1": ('mma', 'rowstream', 'forward:mma', 'split', 'split'),
-    "mobilenet_v3_large/28x28x240_k3_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
+    "mobilenet_v3_large/28x28x240_k3_s2": ('stride2', 'stride2', 'phase', 'split', 'split'),
     "mobilenet_v3_large/14x14x200_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
     "mobilenet_v3_large/14x14x480_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
     "mobilenet_v3_large/14x14x672_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
-    "mobilenet_v3_large/14x14x672_k5_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
+    "mobilenet_v3_large/14x14x672_k5_s2": ('stride2', 'stride2', 'phase', 'split', 'split'),
     "mobilenet_v3_large/7x7x960_k5_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
     "efficientnet_b0/112x112x32_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'rowstream'),
-    "efficientnet_b0/112x112x96_k3_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
+    "efficientnet_b0/112x112x96_k3_s2": ('stride2', 'stride2', 'phase', 'split', 'split'),
     "efficientnet_b0/56x56x144_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
-    "efficientnet_b0/56x56x144_k5_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
+    "efficientnet_b0/56x56x144_k5_s2": ('stride2', 'stride2', 'phase', 'split', 'split'),
     "efficientnet_b0/28x28x240_k5_s1": ('mma', 'rowstream', 'forward:mma', 'split', 'split'),
-    "efficientnet_b0/28x28x240_k3_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
+    "efficientnet_b0/28x28x240_k3_s2": ('stride2', 'stride2', 'phase', 'split', 'split'),
     "efficientnet_b0/14x14x480_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
     "efficientnet_b0/14x14x480_k5_s1": ('mma', 'rowstream', 'forward:mma', 'split', 'split'),
     "efficientnet_b0/14x14x672_k5_s1": ('mma', 'rowstream', 'forward:mma', 'split', 'split'),
-    "efficientnet_b0/14x14x672_k5_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
+    "efficientnet_b0/14x14x672_k5_s2": ('stride2', 'stride2', 'phase', 'split', 'split'),
     "efficientnet_b0/7x7x1152_k5_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
     "efficientnet_b0/7x7x1152_k3_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
     "efficientnet_b3/150x150x40_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
-    "efficientnet_b3/150x150x144_k3_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
+    "efficientnet_b3/150x150x144_k3_s2": ('stride2', 'stride2', 'phase', 'split', 'split'),
     "efficientnet_b3/75x75x192_k3_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'rowstream', 'rowstream'),
-    "efficientnet_b3/75x75x192_k5_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
+    "efficientnet_b3/75x75x192_k5_s2": ('stride2', 'stride2', 'phase', 'split', 'split'),
     "efficientnet_b3/38x38x288_k5_s1": ('mma', 'rowstream', 'forward:mma', 'split', 'rowstream'),
-    "efficientnet_b3/38x38x288_k3_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
+    "efficientnet_b3/38x38x288_k3_s2": ('stride2', 'stride2', 'phase', 'split', 'split'),
     "efficientnet_b3/19x19x576_k3_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
     "efficientnet_b3/19x19x816_k5_s1": ('mma', 'rowstream', 'forward:mma', 'split', 'split'),
-    "efficientnet_b3/19x19x816_k5_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
+    "efficientnet_b3/19x19x816_k5_s2": ('stride2', 'stride2', 'phase', 'split', 'split'),
     "efficientnet_b3/10x10x1392_k5_s1": ('mma', 'rowstream', 'forward:mma', 'split', 'split'),
     "efficientnet_b3/10x10x1392_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
     "convnext_t/stage_56x56x96": ('mma', 'rowstream', 'forward:mma', 'mma', 'rowstream'),
