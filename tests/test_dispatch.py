@@ -77,7 +77,7 @@ def test_forward_plan_covers_every_kernel():
   for case in TEST_CASES:
     for half in (False, True):
       chosen.setdefault(_pick(_native, case, half_precision=half), []).append(case.name)
-  assert set(chosen) == {"regfilter", "mma", "rowstream", "gemv", "direct"}, chosen
+  assert set(chosen) == {"regfilter", "mma", "rowstream", "stride2", "gemv", "direct"}, chosen
   assert (len(chosen["rowstream"]) >= 5 and len(chosen["gemv"]) >= 10 and len(chosen["direct"]) >= 3), chosen
 
 
@@ -103,8 +103,22 @@ def test_half_precision_forward_goes_to_tensor_cores_from_k6():
   assert _pick(native, by_name["rows_k7_c128"], half_precision=True) == "mma"
   assert _pick(native, by_name["rows_k9x7_c64_narrow"], half_precision=True) == "mma"
   assert _pick(native, by_name["convnext_k7_pad3"], half_precision=True) == "mma"  # C = 40
-  assert pick(3, sw=2) == pick(7, sw=2) == "gemv"
+  assert pick(3, sw=2) == pick(7, sw=2) == "gemv"  # stride 2 along the width only
   assert pick(31, half=False) == "gemv"
+
+
+def test_stride2_3x3_and_5x5_go_to_the_stride2_kernel():
+  def pick(k=3, c=96, w=56, half=True, kh=None, sh=2, sw=2, dh=1):
+    return _fwd(channels=c, out_w=w, kernel_w=k, stride_w=sw, dilation_w=1, half_precision=half,
+                kernel_h=k if kh is None else kh, stride_h=sh, dilation_h=dh)
+
+  for half in (False, True):
+    assert pick(half=half) == pick(5, half=half) == pick(3, c=8, w=1, half=half) == "stride2"
+  # C a multiple of the channels a thread: 8 fp16/bf16 and 4 fp32 at 3x3, 4 and 2 at 5x5.
+  assert pick(c=12) == pick(5, c=6) == pick(c=6, half=False) == "gemv"
+  assert pick(c=12, half=False) == pick(5, c=12) == pick(5, c=6, half=False) == "stride2"
+  # Not square, 7x7, stride 2 on one axis only, or dilated: the GEMV kernel (or direct).
+  assert pick(kh=5) == pick(7) == pick(sh=1) == pick(dh=2) == "gemv"
 
 
 def test_half_precision_3x3_and_5x5_go_to_the_register_filter_kernel():
@@ -158,9 +172,10 @@ def test_filter_gradient_plan_covers_every_kernel():
       chosen[half].add(picked)
       # Deterministic mode has no row-stream kernel (its merge is atomic); the others stay.
       ordered = _bwd_filter_pick(_native, case, half, deterministic=True)
-      assert ordered == ("split" if picked == "rowstream" else picked), case.name
-  assert chosen[True] == {"mma", "rowstream", "split", "direct"}, chosen
-  assert chosen[False] == {"gemv", "rowstream", "split", "direct"}, chosen
+      assert ordered == ("split" if picked in ("rowstream", "small") else picked), case.name
+  # fp16/bf16 row-stream only where the small-filter kernel cannot run (rows_k7x3_c64).
+  assert chosen[True] == {"mma", "rowstream", "small", "split", "direct"}, chosen
+  assert chosen[False] == {"gemv", "rowstream", "small", "split", "direct"}, chosen
 
 
 # The plan of every layer of the model registry (tests/shapes.py), on an H100:
@@ -168,117 +183,117 @@ def test_filter_gradient_plan_covers_every_kernel():
 # fp16/bf16, filter gradient fp32). A change here is a change of kernel for a real
 # model's layer: time it (benchmarks/bench_layers.py) before updating the table.
 REGISTRY_PLANS = {
-    "mobilenet_v2/112x112x32_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'rowstream'),
-    "mobilenet_v2/112x112x96_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
-    "mobilenet_v2/56x56x144_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
-    "mobilenet_v2/56x56x144_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
-    "mobilenet_v2/28x28x192_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
-    "mobilenet_v2/28x28x192_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
-    "mobilenet_v2/14x14x384_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
-    "mobilenet_v2/14x14x576_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
-    "mobilenet_v2/14x14x576_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
-    "mobilenet_v2/7x7x960_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
-    "mobilenet_v3_large/112x112x16_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
-    "mobilenet_v3_large/112x112x64_k3_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
-    "mobilenet_v3_large/56x56x72_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
-    "mobilenet_v3_large/56x56x72_k5_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
-    "mobilenet_v3_large/28x28x120_k5_s1": ('mma', 'rowstream', 'forward:mma', 'split', 'split'),
-    "mobilenet_v3_large/28x28x240_k3_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
-    "mobilenet_v3_large/14x14x200_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
-    "mobilenet_v3_large/14x14x480_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
-    "mobilenet_v3_large/14x14x672_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
-    "mobilenet_v3_large/14x14x672_k5_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
-    "mobilenet_v3_large/7x7x960_k5_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
-    "efficientnet_b0/112x112x32_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'rowstream'),
-    "efficientnet_b0/112x112x96_k3_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
-    "efficientnet_b0/56x56x144_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
-    "efficientnet_b0/56x56x144_k5_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
-    "efficientnet_b0/28x28x240_k5_s1": ('mma', 'rowstream', 'forward:mma', 'split', 'split'),
-    "efficientnet_b0/28x28x240_k3_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
-    "efficientnet_b0/14x14x480_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
-    "efficientnet_b0/14x14x480_k5_s1": ('mma', 'rowstream', 'forward:mma', 'split', 'split'),
-    "efficientnet_b0/14x14x672_k5_s1": ('mma', 'rowstream', 'forward:mma', 'split', 'split'),
-    "efficientnet_b0/14x14x672_k5_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
-    "efficientnet_b0/7x7x1152_k5_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
-    "efficientnet_b0/7x7x1152_k3_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
-    "efficientnet_b3/150x150x40_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
-    "efficientnet_b3/150x150x144_k3_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
-    "efficientnet_b3/75x75x192_k3_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'rowstream', 'rowstream'),
-    "efficientnet_b3/75x75x192_k5_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
-    "efficientnet_b3/38x38x288_k5_s1": ('mma', 'rowstream', 'forward:mma', 'split', 'rowstream'),
-    "efficientnet_b3/38x38x288_k3_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
-    "efficientnet_b3/19x19x576_k3_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
-    "efficientnet_b3/19x19x816_k5_s1": ('mma', 'rowstream', 'forward:mma', 'split', 'split'),
-    "efficientnet_b3/19x19x816_k5_s2": ('gemv', 'gemv', 'phase', 'split', 'split'),
-    "efficientnet_b3/10x10x1392_k5_s1": ('mma', 'rowstream', 'forward:mma', 'split', 'split'),
-    "efficientnet_b3/10x10x1392_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
+    "mobilenet_v2/112x112x32_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'rowstream'),
+    "mobilenet_v2/112x112x96_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
+    "mobilenet_v2/56x56x144_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
+    "mobilenet_v2/56x56x144_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
+    "mobilenet_v2/28x28x192_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
+    "mobilenet_v2/28x28x192_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
+    "mobilenet_v2/14x14x384_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
+    "mobilenet_v2/14x14x576_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
+    "mobilenet_v2/14x14x576_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
+    "mobilenet_v2/7x7x960_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
+    "mobilenet_v3_large/112x112x16_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
+    "mobilenet_v3_large/112x112x64_k3_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
+    "mobilenet_v3_large/56x56x72_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
+    "mobilenet_v3_large/56x56x72_k5_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
+    "mobilenet_v3_large/28x28x120_k5_s1": ('mma', 'rowstream', 'forward:mma', 'small', 'small'),
+    "mobilenet_v3_large/28x28x240_k3_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
+    "mobilenet_v3_large/14x14x200_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
+    "mobilenet_v3_large/14x14x480_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
+    "mobilenet_v3_large/14x14x672_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
+    "mobilenet_v3_large/14x14x672_k5_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
+    "mobilenet_v3_large/7x7x960_k5_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
+    "efficientnet_b0/112x112x32_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'rowstream'),
+    "efficientnet_b0/112x112x96_k3_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
+    "efficientnet_b0/56x56x144_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
+    "efficientnet_b0/56x56x144_k5_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
+    "efficientnet_b0/28x28x240_k5_s1": ('mma', 'rowstream', 'forward:mma', 'small', 'small'),
+    "efficientnet_b0/28x28x240_k3_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
+    "efficientnet_b0/14x14x480_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
+    "efficientnet_b0/14x14x480_k5_s1": ('mma', 'rowstream', 'forward:mma', 'small', 'small'),
+    "efficientnet_b0/14x14x672_k5_s1": ('mma', 'rowstream', 'forward:mma', 'small', 'small'),
+    "efficientnet_b0/14x14x672_k5_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
+    "efficientnet_b0/7x7x1152_k5_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
+    "efficientnet_b0/7x7x1152_k3_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
+    "efficientnet_b3/150x150x40_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
+    "efficientnet_b3/150x150x144_k3_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
+    "efficientnet_b3/75x75x192_k3_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'rowstream'),
+    "efficientnet_b3/75x75x192_k5_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
+    "efficientnet_b3/38x38x288_k5_s1": ('mma', 'rowstream', 'forward:mma', 'small', 'rowstream'),
+    "efficientnet_b3/38x38x288_k3_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
+    "efficientnet_b3/19x19x576_k3_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
+    "efficientnet_b3/19x19x816_k5_s1": ('mma', 'rowstream', 'forward:mma', 'small', 'small'),
+    "efficientnet_b3/19x19x816_k5_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
+    "efficientnet_b3/10x10x1392_k5_s1": ('mma', 'rowstream', 'forward:mma', 'small', 'small'),
+    "efficientnet_b3/10x10x1392_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
     "convnext_t/stage_56x56x96": ('mma', 'rowstream', 'forward:mma', 'mma', 'rowstream'),
     "convnext_t/stage_28x28x192": ('mma', 'rowstream', 'forward:mma', 'mma', 'split'),
     "convnext_t/stage_14x14x384": ('mma', 'rowstream', 'forward:mma', 'mma', 'split'),
     "convnext_t/stage_7x7x768": ('mma', 'rowstream', 'forward:mma', 'split', 'split'),
-    "van_b0/lka_5x5_56x56x32": ('mma', 'rowstream', 'forward:mma', 'split', 'rowstream'),
+    "van_b0/lka_5x5_56x56x32": ('mma', 'rowstream', 'forward:mma', 'small', 'rowstream'),
     "van_b0/lka_7x7_d3_56x56x32": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
-    "van_b0/mlp_3x3_56x56x256": ('regfilter', 'rowstream', 'forward:regfilter', 'rowstream', 'rowstream'),
-    "van_b0/lka_5x5_28x28x64": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "van_b0/mlp_3x3_56x56x256": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'rowstream'),
+    "van_b0/lka_5x5_28x28x64": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "van_b0/lka_7x7_d3_28x28x64": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
-    "van_b0/mlp_3x3_28x28x512": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
-    "van_b0/lka_5x5_14x14x160": ('mma', 'rowstream', 'forward:mma', 'split', 'split'),
+    "van_b0/mlp_3x3_28x28x512": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
+    "van_b0/lka_5x5_14x14x160": ('mma', 'rowstream', 'forward:mma', 'small', 'small'),
     "van_b0/lka_7x7_d3_14x14x160": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
-    "van_b0/mlp_3x3_14x14x1280": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
-    "van_b0/lka_5x5_7x7x256": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "van_b0/mlp_3x3_14x14x1280": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
+    "van_b0/lka_5x5_7x7x256": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "van_b0/lka_7x7_d3_7x7x256": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
-    "van_b0/mlp_3x3_7x7x2048": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
-    "unireplknet_t/stage1_3x3_56x56x80": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
+    "van_b0/mlp_3x3_7x7x2048": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
+    "unireplknet_t/stage1_3x3_56x56x80": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
     "unireplknet_t/13x13_28x28x160": ('mma', 'gemv', 'forward:mma', 'mma', 'split'),
-    "unireplknet_t/branch_5x5_d1_28x28x160": ('mma', 'rowstream', 'forward:mma', 'split', 'split'),
+    "unireplknet_t/branch_5x5_d1_28x28x160": ('mma', 'rowstream', 'forward:mma', 'small', 'small'),
     "unireplknet_t/branch_7x7_d2_28x28x160": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
     "unireplknet_t/branch_3x3_d3_28x28x160": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
     "unireplknet_t/branch_3x3_d4_28x28x160": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
     "unireplknet_t/branch_3x3_d5_28x28x160": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
     "unireplknet_t/13x13_14x14x320": ('mma', 'gemv', 'forward:mma', 'mma', 'split'),
-    "unireplknet_t/branch_5x5_d1_14x14x320": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "unireplknet_t/branch_5x5_d1_14x14x320": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "unireplknet_t/branch_7x7_d2_14x14x320": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
     "unireplknet_t/branch_3x3_d3_14x14x320": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
     "unireplknet_t/branch_3x3_d4_14x14x320": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
     "unireplknet_t/branch_3x3_d5_14x14x320": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
     "unireplknet_t/13x13_7x7x640": ('mma', 'gemv', 'forward:mma', 'mma', 'split'),
-    "unireplknet_t/branch_5x5_d1_7x7x640": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "unireplknet_t/branch_5x5_d1_7x7x640": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "unireplknet_t/branch_7x7_d2_7x7x640": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
     "unireplknet_t/branch_3x3_d3_7x7x640": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
     "unireplknet_t/branch_3x3_d4_7x7x640": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
     "unireplknet_t/branch_3x3_d5_7x7x640": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
-    "inceptionnext_t/square_3x3_56x56x12": ('gemv', 'rowstream', 'forward:gemv', 'split', 'split'),
+    "inceptionnext_t/square_3x3_56x56x12": ('gemv', 'rowstream', 'forward:gemv', 'split', 'small'),
     "inceptionnext_t/band_1x11_56x56x12": ('mma', 'gemv', 'forward:mma', 'mma', 'split'),
     "inceptionnext_t/band_11x1_56x56x12": ('gemv', 'gemv', 'forward:gemv', 'split', 'split'),
-    "inceptionnext_t/square_3x3_28x28x24": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
+    "inceptionnext_t/square_3x3_28x28x24": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
     "inceptionnext_t/band_1x11_28x28x24": ('mma', 'gemv', 'forward:mma', 'mma', 'split'),
     "inceptionnext_t/band_11x1_28x28x24": ('gemv', 'gemv', 'forward:gemv', 'split', 'split'),
-    "inceptionnext_t/square_3x3_14x14x48": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
+    "inceptionnext_t/square_3x3_14x14x48": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
     "inceptionnext_t/band_1x11_14x14x48": ('mma', 'gemv', 'forward:mma', 'mma', 'split'),
     "inceptionnext_t/band_11x1_14x14x48": ('gemv', 'gemv', 'forward:gemv', 'split', 'split'),
-    "inceptionnext_t/square_3x3_7x7x96": ('rowstream', 'rowstream', 'forward:rowstream', 'split', 'split'),
+    "inceptionnext_t/square_3x3_7x7x96": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
     "inceptionnext_t/band_1x11_7x7x96": ('mma', 'gemv', 'forward:mma', 'mma', 'split'),
     "inceptionnext_t/band_11x1_7x7x96": ('gemv', 'gemv', 'forward:gemv', 'split', 'split'),
     "replknet_31b/31x31_56x56x128": ('mma', 'gemv', 'forward:mma', 'mma', 'gemv'),
-    "replknet_31b/branch_5x5_56x56x128": ('regfilter', 'rowstream', 'forward:regfilter', 'rowstream', 'rowstream'),
+    "replknet_31b/branch_5x5_56x56x128": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'rowstream'),
     "replknet_31b/29x29_28x28x256": ('mma', 'gemv', 'forward:mma', 'mma', 'gemv'),
-    "replknet_31b/branch_5x5_28x28x256": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "replknet_31b/branch_5x5_28x28x256": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "replknet_31b/27x27_14x14x512": ('mma', 'gemv', 'forward:mma', 'mma', 'gemv'),
-    "replknet_31b/branch_5x5_14x14x512": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "replknet_31b/branch_5x5_14x14x512": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "replknet_31b/13x13_7x7x1024": ('mma', 'gemv', 'forward:mma', 'mma', 'split'),
-    "replknet_31b/branch_5x5_7x7x1024": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "replknet_31b/branch_5x5_7x7x1024": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "slak_t/51x5_56x56x96": ('mma', 'gemv', 'forward:mma', 'split', 'split'),
     "slak_t/5x51_56x56x96": ('mma', 'gemv', 'forward:mma', 'mma', 'gemv'),
-    "slak_t/branch_5x5_56x56x96": ('mma', 'rowstream', 'forward:mma', 'split', 'rowstream'),
+    "slak_t/branch_5x5_56x56x96": ('mma', 'rowstream', 'forward:mma', 'small', 'rowstream'),
     "slak_t/49x5_28x28x192": ('gemv', 'gemv', 'forward:gemv', 'split', 'split'),
     "slak_t/5x49_28x28x192": ('mma', 'gemv', 'forward:mma', 'mma', 'gemv'),
-    "slak_t/branch_5x5_28x28x192": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "slak_t/branch_5x5_28x28x192": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "slak_t/47x5_14x14x384": ('gemv', 'gemv', 'forward:gemv', 'split', 'split'),
     "slak_t/5x47_14x14x384": ('mma', 'gemv', 'forward:mma', 'mma', 'gemv'),
-    "slak_t/branch_5x5_14x14x384": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "slak_t/branch_5x5_14x14x384": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "slak_t/13x5_7x7x768": ('gemv', 'gemv', 'forward:gemv', 'split', 'split'),
     "slak_t/5x13_7x7x768": ('mma', 'gemv', 'forward:mma', 'mma', 'split'),
-    "slak_t/branch_5x5_7x7x768": ('regfilter', 'rowstream', 'forward:regfilter', 'split', 'split'),
+    "slak_t/branch_5x5_7x7x768": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "convmixer_1536_20/9x9_32x32x1536": ('mma', 'gemv', 'forward:mma', 'mma', 'split'),
     "mamba/conv1d_k4_L2048_c1536": ('gemv', 'gemv', 'forward:gemv', 'split', 'split'),
     "mamba/conv1d_k4_L2048_c5120": ('gemv', 'gemv', 'forward:gemv', 'split', 'split'),
@@ -341,7 +356,9 @@ def test_filter_gradient_tensor_core_bounds():
                                             stride_w=1, dilation_h=1, dilation_w=1, half_precision=True)
               for w, c in ((56, 96), (28, 192), (14, 384), (7, 768))]
   assert convnext == ["mma", "mma", "mma", "split"]  # ConvNeXt-T's four stages
-  assert pick(5, 128) == "rowstream" and pick(3, 128) == "rowstream"
+  # fp16/bf16 square 3x3 and 5x5: the small-filter kernel; fp32 keeps the row-stream kernel.
+  assert pick(5, 128) == "small" and pick(3, 128) == "small"
+  assert pick(5, 128, half_precision=False) == "rowstream" and pick(3, 128, half_precision=False) == "rowstream"
   assert pick(7, 128, half_precision=False) == "rowstream"
   assert pick(27, 128, half_precision=False) == "gemv" and pick(21, 128, half_precision=False) == "split"
 
@@ -354,14 +371,22 @@ def test_filter_gradient_rowstream_takes_only_the_shapes_it_was_timed_faster_on(
                                          stride_h=1, stride_w=1, dilation_h=1, dilation_w=1,
                                          half_precision=half_precision)
 
-  # The paper's maps: faster than the split kernel in both precisions.
-  assert pick(3, 64, 256) == pick(5, 32, 1024) == pick(5, 128, 128, half_precision=False) == "rowstream"
+  # The paper's maps: faster than the split kernel in both precisions. In fp16/bf16 the
+  # small-filter kernel takes square 3x3 and 5x5 ahead of it (thresholds.h,
+  # bwd_filter_small_half_over_rowstream); fp32 keeps it there.
+  assert pick(3, 64, 256, half_precision=False) == pick(5, 32, 1024, half_precision=False) == "rowstream"
+  assert pick(5, 128, 128, half_precision=False) == "rowstream"
+  assert pick(3, 64, 256) == pick(5, 32, 1024) == "small"
   assert pick(7, 32, 1024, half_precision=False) == "rowstream"  # fp16/bf16 k = 7 goes to tensor cores
   # ConvNeXt-T's last stage (7 wide; the three before take tensor cores in fp16/bf16,
   # test_filter_gradient_tensor_core_bounds).
   assert pick(7, 7, 768) == "split"
   assert pick(7, 56, 96, half_precision=False) == "rowstream"  # 3 whole 32-channel blocks
-  assert pick(3, 32, 128) == "rowstream" and pick(3, 31, 128) == "split"
+  # Its 32-column floor: below it fp32 3x3 goes to the small-filter kernel, and a
+  # non-square fp16/bf16 filter (which that kernel does not take) to the split kernel.
+  assert pick(3, 32, 128, half_precision=False) == "rowstream" and pick(3, 31, 128, half_precision=False) == "small"
+  assert pick(3, 32, 128, kh=5) == "rowstream" and pick(3, 31, 128, kh=5) == "split"
+  assert pick(3, 32, 128) == pick(3, 31, 128) == "small"
   assert pick(3, 64, 256, kh=7) == "rowstream" and pick(3, 64, 256, kh=8) == "split"
 
 

@@ -21,52 +21,13 @@
 #include <cstdint>
 
 #include "bwd_data/phase_index.h"
-#include "common/cuda_types.cuh"
+#include "common/raw_vec.cuh"
 #include "common/params.h"
 #include "common/static_for.cuh"
 
 namespace flashdwc {
 
 inline constexpr int kBwdDataPhaseThreads = 128;
-
-// kWidth channels of a thread as one raw vector (the loaded bytes, unpacked to fp32
-// when their row enters the ring) and its store.
-template <typename T, int kWidth>
-struct PhaseVec;
-
-template <>
-struct PhaseVec<float, 4> {
-  using Raw = float4;
-  __device__ __forceinline__ static Raw load(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
-  __device__ __forceinline__ static void unpack(Raw u, float (&v)[4]) { v[0] = u.x, v[1] = u.y, v[2] = u.z, v[3] = u.w; }
-  __device__ __forceinline__ static void store(float* p, const float (&v)[4]) { Vec4<float>::store_global(p, v); }
-};
-
-template <>
-struct PhaseVec<float, 2> {
-  using Raw = float2;
-  __device__ __forceinline__ static Raw load(const float* p) { return __ldg(reinterpret_cast<const float2*>(p)); }
-  __device__ __forceinline__ static void unpack(Raw u, float (&v)[2]) { v[0] = u.x, v[1] = u.y; }
-  __device__ __forceinline__ static void store(float* p, const float (&v)[2]) {
-    store_global_v2(p, __float_as_uint(v[0]), __float_as_uint(v[1]));
-  }
-};
-
-template <typename T>
-struct PhaseVec<T, 8> {  // fp16/bf16, 16 bytes
-  using Raw = uint4;
-  __device__ __forceinline__ static Raw load(const T* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
-  __device__ __forceinline__ static void unpack(Raw u, float (&v)[8]) { Vec16<T>::unpack(u, v); }
-  __device__ __forceinline__ static void store(T* p, const float (&v)[8]) { Vec16<T>::store_global(p, v); }
-};
-
-template <typename T>
-struct PhaseVec<T, 4> {  // fp16/bf16, 8 bytes
-  using Raw = uint2;
-  __device__ __forceinline__ static Raw load(const T* p) { return __ldg(reinterpret_cast<const uint2*>(p)); }
-  __device__ __forceinline__ static void unpack(Raw u, float (&v)[4]) { Vec4<T>::unpack(u, v); }
-  __device__ __forceinline__ static void store(T* p, const float (&v)[4]) { Vec4<T>::store_global(p, v); }
-};
 
 // One block of threads over an image's slots (channel group fastest, then the phase
 // column, then the run of phase rows), blockIdx.y over images. The launcher
@@ -77,7 +38,7 @@ template <typename T, int kK, int kWidth, int kMinBlocks>
 __global__ void __launch_bounds__(kBwdDataPhaseThreads, kMinBlocks)
 dwconv_bwd_data_phase_kernel(const T* __restrict__ dy, const T* __restrict__ w, T* __restrict__ dx,
                              DwConvParams p, BwdDataPhaseGrid g) {
-  using V = PhaseVec<T, kWidth>;
+  using V = RawVec<T, kWidth>;
   using Raw = typename V::Raw;
   constexpr int kJ = (kK - 1) / 2;
   constexpr int kRing = kJ + 1;  // dy rows (and columns) a 2x2 block reads

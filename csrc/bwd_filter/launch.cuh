@@ -17,6 +17,7 @@
 #include "bwd_filter/launch.h"
 #include "bwd_filter/mma.h"
 #include "bwd_filter/rowstream.cuh"
+#include "bwd_filter/small.cuh"
 #include "bwd_filter/split.cuh"
 #include "common/launch.cuh"
 #include "plan/bwd_filter.h"
@@ -266,6 +267,42 @@ cudaError_t launch_bwd_filter_rowstream_strip(const DwConvParams& p, const T* x,
   }
 }
 
+// Small-filter blocks (bwd_filter/small.cuh): every (channel block, column block) runs
+// the image sequence in equal runs, as many as fill the device's resident blocks
+// once, each at least kBwdFilterSmallMinRunSteps steps (bwd_filter/small_grid.h).
+template <typename T, int kK, int kStride>
+cudaError_t launch_bwd_filter_small(const DwConvParams& p, const T* x, const T* dy, float* ws, cudaStream_t stream) {
+  using Tr = BwdFilterSmallTraits<T, kK, kStride>;
+  auto kernel = dwconv_bwd_filter_small_kernel<T, kK, kStride>;
+  // The shared memory depends on the block split, which depends on the resident
+  // blocks only through the run count: the split is taken first at 3 blocks an SM.
+  const int device_sms = device_limits().sms;
+  const int sms = device_sms > 0 ? device_sms : 132;  // where the device cannot be queried, an H100's
+  BwdFilterSmallGrid grid = make_bwd_filter_small_grid(p, Tr::kWidth, int(sizeof(T)), int64_t(sms) * 3);
+  const size_t smem = size_t(grid.smem_bytes);
+  if (cudaError_t err = allow_dynamic_smem(kernel, smem); err != cudaSuccess) return err;
+  int per_sm = 0;
+  if (cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Tr::kThreads, smem);
+      err != cudaSuccess) {
+    return err;
+  }
+  grid = make_bwd_filter_small_grid(p, Tr::kWidth, int(sizeof(T)), int64_t(std::max(per_sm, 1)) * sms);
+  const unsigned blocks = unsigned(grid.runs * grid.col_blocks * grid.channel_blocks);
+  kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, dy, ws, p, grid);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_bwd_filter_small_shape(const DwConvParams& p, const T* x, const T* dy, float* ws,
+                                          cudaStream_t stream) {
+  if (p.kernel_w == 3) {
+    return p.stride_w == 1 ? launch_bwd_filter_small<T, 3, 1>(p, x, dy, ws, stream)
+                           : launch_bwd_filter_small<T, 3, 2>(p, x, dy, ws, stream);
+  }
+  return p.stride_w == 1 ? launch_bwd_filter_small<T, 5, 1>(p, x, dy, ws, stream)
+                         : launch_bwd_filter_small<T, 5, 2>(p, x, dy, ws, stream);
+}
+
 template <typename T>
 cudaError_t run_dwconv_bwd_filter(const DwConvParams& p, const T* x, const T* dy, T* dw, float* workspace,
                                   bool deterministic, cudaStream_t stream) {
@@ -274,6 +311,10 @@ cudaError_t run_dwconv_bwd_filter(const DwConvParams& p, const T* x, const T* dy
   // of this function may pass others).
   if (kernel == BwdFilterKernel::kRowStream && !(aligned(x, 16) && aligned(dy, 16))) {
     kernel = BwdFilterKernel::kSplit;
+  }
+  if (kernel == BwdFilterKernel::kSmall) {
+    const size_t copy_bytes = bwd_filter_small_width(!std::is_same_v<T, float>, p.kernel_w) * sizeof(T);
+    if (!(aligned(x, copy_bytes) && aligned(dy, copy_bytes))) kernel = BwdFilterKernel::kSplit;
   }
   if (kernel == BwdFilterKernel::kDirect) {
     const dim3 grid(unsigned(p.kernel_h * p.kernel_w),
@@ -305,6 +346,8 @@ cudaError_t run_dwconv_bwd_filter(const DwConvParams& p, const T* x, const T* dy
                 ? launch_bwd_filter_gemv<true>(p, x, dy, workspace, deterministic_slices, stream)
                 : launch_bwd_filter_gemv<false>(p, x, dy, workspace, deterministic_slices, stream);
     }
+  } else if (kernel == BwdFilterKernel::kSmall) {  // atomic mode only: one slice
+    err = launch_bwd_filter_small_shape<T>(p, x, dy, workspace, stream);
   } else if (kernel == BwdFilterKernel::kRowStream) {  // atomic mode only: one slice
     err = p.out_w <= kBwdFilterRowStreamNarrowStrip
               ? launch_bwd_filter_rowstream_strip<T, kBwdFilterRowStreamNarrowStrip>(p, x, dy, workspace, stream)

@@ -14,6 +14,7 @@
 #include "fwd/mma.h"
 #include "fwd/regfilter.h"
 #include "fwd/rowstream.cuh"
+#include "fwd/stride2.cuh"
 #include "plan/fwd.h"
 
 namespace flashdwc {
@@ -164,6 +165,47 @@ cudaError_t launch_fwd_rowstream_any(const DwConvParams& p, const T* x, const T*
                 : launch_fwd_rowstream_width<T, 4, false>(p, x, w, y, stream, epilogue, prologue);
 }
 
+// The stride-2 kernel's register cap, through its resident blocks an SM (128 threads
+// each). ptxas (nvcc 13.0, sm_90), registers without / with the epilogue: 3x3 at 4
+// blocks (128) 128 / 128 in all three types, the epilogue spilling 8 bytes, so it
+// takes 3 blocks (136-156 registers there); 5x5 spilled 168-200 bytes at 4 blocks and
+// takes 3: 160 / 160 (fp32), 166-168 (fp16/bf16), whose epilogue spilled 36 bytes at
+// 3 and runs 2 blocks. None spills.
+template <typename T, int kK, bool kEpilogue>
+struct Stride2Config {
+  static constexpr int kWidth = int(fwd_stride2_width(kK, !std::is_same_v<T, float>));
+  static constexpr int kMinBlocks = kK == 3 ? (kEpilogue ? 3 : 4) : (kEpilogue && !std::is_same_v<T, float> ? 2 : 3);
+};
+
+template <typename T, int kK, bool kEpilogue>
+cudaError_t launch_fwd_stride2(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
+                               const FwdEpilogue& epilogue) {
+  using Cfg = Stride2Config<T, kK, kEpilogue>;
+  const FwdStride2Grid g =
+      make_fwd_stride2_grid(p, Cfg::kWidth, fwd_stride2_rows_per_thread(p, Cfg::kWidth, device_limits().sms));
+  if (p.batch <= 0 || g.slots <= 0) return cudaSuccess;
+  const dim3 grid(unsigned((g.slots + kFwdStride2Threads - 1) / kFwdStride2Threads),
+                  unsigned(std::min<int64_t>(p.batch, 65535)));
+  dwconv_fwd_stride2_kernel<T, kK, Cfg::kWidth, kEpilogue, Cfg::kMinBlocks>
+      <<<grid, kFwdStride2Threads, 0, stream>>>(x, w, y, p, g, epilogue);
+  return cudaGetLastError();
+}
+
+// The epilogue is a template flag: the kernels without it carry none of its code.
+template <typename T, int kK>
+cudaError_t launch_fwd_stride2_any(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
+                                   const FwdEpilogue& epilogue) {
+  return epilogue.active() ? launch_fwd_stride2<T, kK, true>(p, x, w, y, stream, epilogue)
+                           : launch_fwd_stride2<T, kK, false>(p, x, w, y, stream, epilogue);
+}
+
+// Whether the buffers (and the bias) are aligned to the stride-2 kernel's vectors.
+template <typename T>
+bool stride2_aligned(const DwConvParams& p, const T* x, const T* w, const T* y, const void* bias) {
+  const size_t bytes = size_t(fwd_stride2_width(p.kernel_w, !std::is_same_v<T, float>)) * sizeof(T);
+  return aligned(x, bytes) && aligned(w, bytes) && aligned(y, bytes) && (bias == nullptr || aligned(bias, bytes));
+}
+
 // The sizes the plan's checks read (plan/fwd.h).
 static_assert(GemvConfig<__half, 1>::kTM == kFwdGemvHalfTmStride1 && GemvConfig<__half, 2>::kTM == kFwdGemvHalfTmStride2);
 static_assert(GemvFwdTraits<float>::kBlockChannels == kFwdGemvF32BlockChannels &&
@@ -188,6 +230,12 @@ cudaError_t run_dwconv_fwd(const DwConvParams& p, const T* x, const T* w, T* y, 
     if (kernel == FwdKernel::kMma) return launch_fwd_mma(p, x, w, y, stream, epilogue, prologue);
   }
   if (kernel == FwdKernel::kDirect) return launch_fwd_direct(p, x, w, y, stream, epilogue, prologue);
+  // The stride-2 kernel has no prologue; those calls, and unaligned buffers, take the
+  // GEMV kernel below (stride_w 2).
+  if (kernel == FwdKernel::kStride2 && !prologue.active() && stride2_aligned(p, x, w, y, epilogue.bias)) {
+    return p.kernel_w == 3 ? launch_fwd_stride2_any<T, 3>(p, x, w, y, stream, epilogue)
+                           : launch_fwd_stride2_any<T, 5>(p, x, w, y, stream, epilogue);
+  }
   if (kernel == FwdKernel::kRowStream) {
     if (aligned(x, 16) && aligned(w, 16) && aligned(y, 16)) {
       return launch_fwd_rowstream_any(p, x, w, y, stream, epilogue, prologue);

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "bwd_filter/mma_layout.h"
+#include "bwd_filter/small_grid.h"
 #include "plan/fwd.h"
 #include "plan/thresholds.h"
 
@@ -19,6 +20,7 @@ const char* bwd_filter_kernel_name(BwdFilterKernel kernel) {
     case BwdFilterKernel::kSplit: return "split";
     case BwdFilterKernel::kGemv: return "gemv";
     case BwdFilterKernel::kDirect: return "direct";
+    case BwdFilterKernel::kSmall: return "small";
   }
   return "direct";
 }
@@ -147,6 +149,28 @@ bool can_implement_bwd_filter_rowstream(const DwConvParams& p, bool half_precisi
          p.batch * (p.out_h + p.kernel_h - 1) <= INT32_MAX;  // the row sequence's length, an int per block
 }
 
+// Atomic mode, square 3x3 or 5x5 filters, equal strides of 1 or 2, no dilation, C a
+// multiple of the channels a thread holds (16- or 8-byte copies), row offsets within
+// an int, and the stages and partial sums within the device's shared memory.
+bool can_implement_bwd_filter_small(const DwConvParams& p, bool half_precision, bool deterministic,
+                                    const DeviceLimits& device) {
+  if (deterministic || p.kernel_h != p.kernel_w || (p.kernel_w != 3 && p.kernel_w != 5)) return false;
+  if (p.stride_h != p.stride_w || (p.stride_w != 1 && p.stride_w != 2)) return false;
+  if (p.dilation_h != 1 || p.dilation_w != 1) return false;
+  if (p.batch <= 0 || p.channels <= 0 || p.out_h <= 0 || p.out_w <= 0 || p.in_h <= 0 || p.in_w <= 0) return false;
+  const int width = bwd_filter_small_width(half_precision, p.kernel_w);
+  if (p.channels % width != 0) return false;
+  // Copy offsets within a row (iw * C + c) and the step counts are ints.
+  if (p.in_w * p.channels > INT32_MAX || p.out_w * p.channels > INT32_MAX) return false;
+  const int ring = bwd_filter_small_ring(p.kernel_h, p.stride_h);
+  if (p.batch * (p.out_h + ring - 1) > INT32_MAX) return false;
+  // One block a (channel block, column block) at least; the grid is an int in x.
+  const BwdFilterSmallGrid g =
+      make_bwd_filter_small_grid(p, width, half_precision ? 2 : 4, int64_t(device.sms) * 3);
+  if (g.runs * g.col_blocks * g.channel_blocks > INT32_MAX) return false;
+  return g.smem_bytes <= device.smem_per_block;
+}
+
 // fp16/bf16, stride 1, no dilation, KW <= 64, and the block's input planes and dy ring
 // within the device's shared memory.
 bool can_implement_bwd_filter_mma(const DwConvParams& p, bool half_precision, const DeviceLimits& device) {
@@ -169,6 +193,14 @@ BwdFilterKernel plan_bwd_filter(const DwConvParams& p, bool half_precision, bool
   if (!can_implement_bwd_filter_split(p)) return BwdFilterKernel::kDirect;
   if (p.kernel_w >= t.bwd_filter_gemv_min_kernel_w && can_implement_bwd_filter_gemv(p, half_precision, device)) {
     return BwdFilterKernel::kGemv;
+  }
+  // The small-filter kernel ahead of the split and row-stream kernels (it runs no
+  // filter that the GEMV or tensor-core kernels take).
+  const int64_t over_rowstream =
+      half_precision ? t.bwd_filter_small_half_over_rowstream : t.bwd_filter_small_f32_over_rowstream;
+  if (can_implement_bwd_filter_small(p, half_precision, deterministic, device) &&
+      (over_rowstream != 0 || !can_implement_bwd_filter_rowstream(p, half_precision, deterministic))) {
+    return BwdFilterKernel::kSmall;
   }
   const bool mma_faster = p.kernel_w >= t.bwd_filter_mma_min_kernel_w ||
                           (p.kernel_w == t.bwd_filter_mma_kw7_kernel_w && p.out_w >= t.bwd_filter_mma_kw7_min_out_w);

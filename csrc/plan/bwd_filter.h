@@ -17,6 +17,7 @@ enum class BwdFilterKernel {
   kSplit,      // bwd_filter/split.cuh
   kDirect,     // bwd_filter/direct.cuh
   kGemv,       // bwd_filter/gemv.cuh: fp32, wide filters
+  kSmall,      // bwd_filter/small.cuh: square 3x3 and 5x5, stride 1 or 2, atomic mode
 };
 const char* bwd_filter_kernel_name(BwdFilterKernel kernel);
 
@@ -47,6 +48,8 @@ constexpr int bwd_filter_width1_rows(int tm) { return tm == 9 ? 3 : tm == 13 ? 2
 bool can_implement_bwd_filter_split(const DwConvParams& p);
 bool can_implement_bwd_filter_gemv(const DwConvParams& p, bool half_precision, const DeviceLimits& device);
 bool can_implement_bwd_filter_rowstream(const DwConvParams& p, bool half_precision, bool deterministic);
+bool can_implement_bwd_filter_small(const DwConvParams& p, bool half_precision, bool deterministic,
+                                    const DeviceLimits& device);
 bool can_implement_bwd_filter_mma(const DwConvParams& p, bool half_precision, const DeviceLimits& device);
 
 // The kernel the filter gradient runs for the problem on `device`; `deterministic`:

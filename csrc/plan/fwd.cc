@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "fwd/mma_layout.h"
+#include "fwd/stride2_index.h"
 #include "plan/thresholds.h"
 
 namespace flashdwc {
@@ -15,6 +16,7 @@ const char* fwd_kernel_name(FwdKernel kernel) {
     case FwdKernel::kRegFilter: return "regfilter";
     case FwdKernel::kMma: return "mma";
     case FwdKernel::kRowStream: return "rowstream";
+    case FwdKernel::kStride2: return "stride2";
     case FwdKernel::kGemv: return "gemv";
     case FwdKernel::kDirect: return "direct";
   }
@@ -80,6 +82,24 @@ bool can_implement_fwd_gemv(const DwConvParams& p) {
          (segments + kFwdGemvSegments - 1) / kFwdGemvSegments <= INT32_MAX;
 }
 
+bool can_implement_fwd_stride2(const DwConvParams& p, bool half_precision) {
+  if (p.stride_h != 2 || p.stride_w != 2 || p.dilation_h != 1 || p.dilation_w != 1) return false;
+  if (p.kernel_h != p.kernel_w || (p.kernel_w != 3 && p.kernel_w != 5)) return false;
+  const int64_t width = fwd_stride2_width(p.kernel_w, half_precision);
+  if (p.channels <= 0 || p.channels % width != 0 || p.channels > INT32_MAX) return false;
+  // Rows and columns as int in the kernel: 2 * out + K - pad and the sizes.
+  constexpr int64_t kMax = INT32_MAX / 4;
+  const auto within = [](int64_t v) { return v >= -kMax && v <= kMax; };
+  if (!within(p.in_h) || !within(p.in_w) || !within(p.out_h) || !within(p.out_w) || !within(p.pad_top) ||
+      !within(p.pad_left)) {
+    return false;
+  }
+  // An image's threads in blockIdx.x * 128 + threadIdx.x, for the longest runs the
+  // launcher may pick (the most threads are at one row a run).
+  const FwdStride2Grid g = make_fwd_stride2_grid(p, width, 1);
+  return g.slots <= INT32_MAX - 1024;
+}
+
 // Square 3x3 and 5x5 fp16/bf16 filters with whole 64-channel blocks go to the
 // register-filter kernel at every width, where it was timed faster than the kernels
 // that take those problems otherwise (kernel A/B through this dispatcher on the H200,
@@ -103,6 +123,10 @@ FwdKernel plan_fwd_without_regfilter(const DwConvParams& p, bool half_precision,
                            (p.out_w >= t.fwd_mma_kw5_min_out_w || p.channels % kFwdRowStreamHalfBlockChannels != 0));
   if (mma_faster && can_implement_fwd_mma(p, half_precision, device)) return FwdKernel::kMma;
   if (can_implement_fwd_rowstream(p, half_precision)) return FwdKernel::kRowStream;
+  // Stride-2 3x3 and 5x5 ahead of the GEMV kernel wherever the stride-2 kernel can run
+  // them: not yet timed (docs/design-notes.md, "Stride-2 forward (prepared, not
+  // measured)").
+  if (can_implement_fwd_stride2(p, half_precision)) return FwdKernel::kStride2;
   return can_implement_fwd_gemv(p) ? FwdKernel::kGemv : FwdKernel::kDirect;
 }
 

@@ -15,6 +15,7 @@ enum class FwdKernel {
   kRegFilter,  // fwd/regfilter.cuh
   kMma,        // fwd/mma.cuh, fwd/mma_stream.cuh
   kRowStream,  // fwd/rowstream.cuh
+  kStride2,    // fwd/stride2.cuh
   kGemv,       // fwd/gemv.cuh
   kDirect,     // fwd/direct.cuh
 };
@@ -53,6 +54,11 @@ bool can_implement_fwd_regfilter(const DwConvParams& p, bool half_precision);
 bool can_implement_fwd_mma(const DwConvParams& p, bool half_precision, const DeviceLimits& device);
 bool can_implement_fwd_rowstream(const DwConvParams& p, bool half_precision);
 bool can_implement_fwd_gemv(const DwConvParams& p);
+// Stride 2, dilation 1, a square 3x3 or 5x5 filter, C a multiple of
+// fwd_stride2_width (fwd/stride2_index.h), the sizes within the kernel's 32-bit
+// indices. The launch also needs aligned buffers and no prologue (run_dwconv_fwd
+// falls back to the GEMV kernel).
+bool can_implement_fwd_stride2(const DwConvParams& p, bool half_precision);
 
 // The kernel the forward runs for the problem on `device`.
 FwdKernel plan_fwd(const DwConvParams& p, bool half_precision, const DeviceLimits& device);

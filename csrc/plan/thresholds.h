@@ -63,6 +63,16 @@ struct PlanThresholds {
   // on the two narrower maps (2.94 -> 2.70, 3.63 -> 2.74) but not on 128^4 (5.33 ->
   // 5.89); 22-26 taps were not timed.
   int64_t bwd_filter_gemv_min_kernel_w = 27;
+  // Filter-gradient small-filter kernel (square 3x3 and 5x5, stride 1 or 2, atomic
+  // mode; bwd_filter/small.cuh): 1 = it runs ahead of the row-stream kernel where both
+  // can. Where the row-stream kernel cannot (C not a multiple of its 64 half or 32
+  // fp32 channels, outputs below 32 wide, stride 2) it replaces the split kernel,
+  // which ran 0.41-0.81x XLA on the H100's MobileNet and EfficientNet layers. Set
+  // from its design, not yet measured: fp16/bf16 ahead (the row-stream kernel's
+  // 64-wide strips leave 14- and 28-wide maps half idle), fp32 behind (the row-stream
+  // kernel already moves 93% of the read rate at fp32 3x3 on 128^4).
+  int64_t bwd_filter_small_half_over_rowstream = 1;
+  int64_t bwd_filter_small_f32_over_rowstream = 0;
   // fp16/bf16 filters at least this tall and at most this wide, at stride 1 without
   // dilation, run as the transposed problem (jax_flashdwc/conv.py): the fast kernels
   // are keyed on the filter width, and SLaK's 51x5 strips found the row-stream kernel
@@ -88,6 +98,8 @@ void for_each_threshold(Fn&& fn) {
   fn("bwd_filter_rowstream_min_out_w", t.bwd_filter_rowstream_min_out_w);
   fn("bwd_filter_rowstream_max_kernel_h", t.bwd_filter_rowstream_max_kernel_h);
   fn("bwd_filter_gemv_min_kernel_w", t.bwd_filter_gemv_min_kernel_w);
+  fn("bwd_filter_small_half_over_rowstream", t.bwd_filter_small_half_over_rowstream);
+  fn("bwd_filter_small_f32_over_rowstream", t.bwd_filter_small_f32_over_rowstream);
   fn("tall_filter_min_kernel_h", t.tall_filter_min_kernel_h);
   fn("tall_filter_max_kernel_w", t.tall_filter_max_kernel_w);
 }
