@@ -3,9 +3,9 @@
 Two documented exceptions (README, "differs from XLA"): a non-finite kernel tap over
 zero padding (XLA computes 0 * Inf = NaN there; these kernels skip padding taps),
 and, in the fp16/bf16 tensor-core forward kernel (GPU, stride 1, KW >= 5 as the
-dispatcher picks it), a
-non-finite input also reaches outputs up to 15 columns away (0 * Inf in the banded
-filter matrix). The tests avoid the first and check the second as a bound.
+dispatcher picks it), a non-finite input also reaches outputs up to 15 columns away
+(0 * Inf in the banded filter matrix), 15 x the dilation when a dilated problem runs
+it on sub-grids. The tests avoid the first and check the second as a bound.
 """
 
 import jax
@@ -15,7 +15,7 @@ import pytest
 from numerics import fresh_seed, oracle, pair, uniform
 from shapes import ConvCase
 
-from jax_flashdwc import _ffi, depthwise_conv2d
+from jax_flashdwc import _ffi, conv as conv_module, depthwise_conv2d
 
 CASES = [
     ConvCase("k3", 2, 12, 20, 16, 3, 3),
@@ -28,17 +28,26 @@ CASES = [
 DTYPES = [pytest.param(jnp.float32, id="F32"), pytest.param(jnp.bfloat16, id="BF16")]
 
 
-def _uses_tensor_cores(case, dtype, device):
+def _tensor_core_reach(case, dtype, device):
+  """How many columns beyond the oracle's a non-finite input may reach: 0 where the
+  forward is exact, 15 on the fp16/bf16 tensor-core kernel, 15 x the dilation where a
+  dilated stride-1 problem runs that kernel on its sub-grids (jax_flashdwc/_dilation.py,
+  whose columns are `dilation` image columns apart)."""
   if device.platform != "gpu" or dtype == jnp.float32:
-    return False
+    return 0
   sh, sw = pair(case.strides)
   dh, dw = pair(case.dilation)
-  problem = dict(channels=case.c, in_w=case.w, out_w=case.w, in_h=64, out_h=64, kernel_w=case.kw,
+  if conv_module.SUBGRID_DILATION and (sh, sw) == (1, 1) and (dh, dw) != (1, 1):
+    # The undilated problem on sub-grids of the SAME-padded image, ceil((W + pads) / dw) wide.
+    in_w, reach, dh, dw = -(-(case.w + dw * (case.kw - 1)) // dw), 15 * dw, 1, 1
+  else:
+    in_w, reach = case.w, 15
+  problem = dict(channels=case.c, in_w=in_w, out_w=in_w, in_h=64, out_h=64, kernel_w=case.kw,
                  kernel_h=case.kh, stride_w=sw, stride_h=sh, dilation_w=dw, dilation_h=dh)
-  return _ffi._jax_flashdwc.plan_fwd(problem, half_precision=True) == "mma"
+  return reach if _ffi._jax_flashdwc.plan_fwd(problem, half_precision=True) == "mma" else 0
 
 
-def _check(out, ref, exact, case):
+def _check(out, ref, reach, case):
   out = np.asarray(jnp.asarray(out, jnp.float32))
   ref = np.asarray(ref, np.float32)
   bad_ref, bad_out = ~np.isfinite(ref), ~np.isfinite(out)
@@ -46,14 +55,14 @@ def _check(out, ref, exact, case):
   # Every output the oracle makes non-finite is non-finite here too.
   assert bad_out[bad_ref].all(), f"{case.name}: non-finite oracle outputs came out finite"
   np.testing.assert_array_equal(np.isposinf(out[bad_ref & np.isinf(out)]), np.isposinf(ref[bad_ref & np.isinf(out)]))
-  if exact:
+  if not reach:
     np.testing.assert_array_equal(bad_out, bad_ref, err_msg=f"{case.name}: extra non-finite outputs")
   else:
-    # Extra non-finite outputs stay within 15 columns of one the oracle has, in the same row.
+    # Extra non-finite outputs stay within `reach` columns of one the oracle has, in the same row.
     rows, cols = np.nonzero(bad_out.any(axis=-1).reshape(-1, out.shape[2]))
     ref_rows = bad_ref.any(axis=-1).reshape(-1, out.shape[2])
     for r, c in zip(rows, cols):
-      lo, hi = max(0, c - 15), c + 16
+      lo, hi = max(0, c - reach), c + reach + 1
       assert ref_rows[r, lo:hi].any(), f"{case.name}: non-finite output at row {r} col {c} far from any in the oracle"
 
 
@@ -69,7 +78,7 @@ def test_nonfinite_input_propagates(case, dtype, value, device):
   x[-1, 1, case.w - 2, case.c - 1] = value
   put = lambda a: jax.device_put(jnp.asarray(a, dtype), device)
   out = jax.jit(lambda x, w: depthwise_conv2d(x, w, implementation="flashdwc", **case.conv_kwargs()))(put(x), put(w))
-  _check(out, oracle(x, w, case), not _uses_tensor_cores(case, dtype, device), case)
+  _check(out, oracle(x, w, case), _tensor_core_reach(case, dtype, device), case)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
