@@ -162,7 +162,10 @@ def depthwise_conv2d(
       platform (CPU or CUDA); "xla" runs lax.conv_general_dilated with XLA's
       defaults instead.
     bias: optional (C,) per-channel bias, x's dtype, added to the convolution
-      in float32 before rounding, inside the forward kernel.
+      inside the forward kernel: in float32 before the one rounding, except in
+      the fp16/bf16 tensor-core forward (GPU; the plan gives it most filters 5
+      wide and wider), which rounds the convolution to x's dtype first, as an
+      unfused add would.
     activation: optional activation applied after the bias, in the same kernel:
       "relu", "gelu" (exact, erf), "gelu_tanh" (tanh approximation) or "silu",
       as in jax.nn. Differentiable: the gradient uses the pre-activation.
@@ -185,8 +188,8 @@ def depthwise_conv2d(
     if given. Without them and without a prologue it matches
     ``lax.conv_general_dilated(x, kernel, strides, padding, rhs_dilation=...,
     dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=C)``.
-    Differentiable in x, kernel, bias, input_scale and input_shift (reverse
-    mode), and batchable with vmap.
+    Differentiable in x, kernel, bias, input_scale and input_shift, in forward
+    and reverse mode and to any order, and batchable with vmap.
   """
   if implementation is not None and implementation not in IMPLEMENTATIONS:
     raise ValueError(f"implementation must be None or one of {IMPLEMENTATIONS}; "
