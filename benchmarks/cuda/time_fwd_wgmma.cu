@@ -3,16 +3,15 @@
 // stride 1, dilation 1, SAME padding (pad KH/2, KW/2), odd square filters, NHWC.
 //
 // Build (from the repository root; sm_90a is needed for wgmma):
-//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v \
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -I csrc \
 //        -o build/time_fwd_wgmma benchmarks/cuda/time_fwd_wgmma.cu
 // Run: ./build/time_fwd_wgmma        (exit status 0 only if every check passed)
 //
-// STATUS: compiled (ptxas figures in docs/design-notes.md, "Hopper wgmma forward
-// (prepared, not run)"); the index mapping is checked by benchmarks/cuda/
-// wgmma_fwd_model.py on the CPU. NOT yet run on a GPU: the descriptor field order
-// (LBO = K-direction core-matrix stride, SBO = N-direction) and the register
-// fragment layouts are from the PTX ISA and are checked at run time by the unit test
-// below, which also tries the swapped LBO/SBO and uses whichever passes.
+// Status: stand-alone, not called by the library. Run on an H100 80GB HBM3, where the
+// one-wgmma unit tests (including the LBO/SBO reading) and every point passed; the
+// figures are in docs/design-notes.md ("Hopper wgmma forward") and
+// benchmarks/results/wgmma_fwd_h100_80gb_hbm3.txt. benchmarks/cuda/wgmma_fwd_model.py
+// checks the index mapping on the CPU.
 //
 // ---- Mapping ------------------------------------------------------------------------
 // GEMV -> GEMM as in csrc/fwd/mma.cuh, with two changes.
@@ -105,6 +104,8 @@
 #include <random>
 #include <vector>
 
+#include "common/mma_sync.cuh"  // shared_address, ldmatrix_x4
+
 #define CK(x)                                                                                     \
   do {                                                                                            \
     cudaError_t e_ = (x);                                                                         \
@@ -136,14 +137,8 @@ __host__ __device__ constexpr int xw_for(int nq) { return kUnitW - 8 + 16 * nq; 
 
 // ---- PTX wrappers ----------------------------------------------------------------------
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&a)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-               : "r"(addr));
-}
+using flashdwc::ldmatrix_x4;
+using flashdwc::shared_address;
 // 16 bytes global -> shared; src_bytes = 0 writes zeros and reads nothing.
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint32_t src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
@@ -268,7 +263,7 @@ __global__ void __launch_bounds__(kThreads) wgmma_unit_kernel(const __nv_bfloat1
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) d[i] = 0.0f;
   wgmma_fence();
-  Wgmma<N>::run(d, ar, make_desc(smem_u32(bs), strides));
+  Wgmma<N>::run(d, ar, make_desc(shared_address(bs), strides));
   wgmma_commit();
   wgmma_wait<0>();
 #pragma unroll
@@ -393,7 +388,7 @@ __global__ void __launch_bounds__(kThreads, 1) dwconv_fwd_wgmma_kernel(const Con
   const int tiles = (p.h + kR - 1) / kR;
   auto i_begin = [&](int t) { return max(0, p.ph - t * kR); };
   auto i_end = [&](int t) { return min(steps, p.h + p.ph - t * kR); };
-  const uint32_t ring_base = smem_u32(ring);
+  const uint32_t ring_base = shared_address(ring);
   // This thread's chunk of every staged row.
   const int su = tid / kChunks, sch = tid % kChunks;
   const bool stager = tid < kUnits * kChunks;
@@ -429,7 +424,7 @@ __global__ void __launch_bounds__(kThreads, 1) dwconv_fwd_wgmma_kernel(const Con
   // 8 (j % 2) + [0, 8) (unit 2 warp + j % 2, segments 0-7) and columns 8 (j / 2) + [0, 8).
   const int mat = lane / 8;
   const uint32_t a_off = uint32_t((2 * warp + (mat & 1)) * XW * 2 + (8 * (lane % 8) + 8 * (mat >> 1)) * 2);
-  const uint32_t b_base = smem_u32(bsm);
+  const uint32_t b_base = shared_address(bsm);
   const uint64_t desc0 = make_desc(b_base, p.strides);
 
   float acc[G][N / 2];
