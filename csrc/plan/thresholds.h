@@ -67,10 +67,13 @@ struct PlanThresholds {
   // mode; bwd_filter/small.cuh): 1 = it runs ahead of the row-stream kernel where both
   // can. Where the row-stream kernel cannot (C not a multiple of its 64 half or 32
   // fp32 channels, outputs below 32 wide, stride 2) it replaces the split kernel,
-  // which ran 0.41-0.81x XLA on the H100's MobileNet and EfficientNet layers. Set
-  // from its design, not yet measured: fp16/bf16 ahead (the row-stream kernel's
-  // 64-wide strips leave 14- and 28-wide maps half idle), fp32 behind (the row-stream
-  // kernel already moves 93% of the read rate at fp32 3x3 on 128^4).
+  // which ran 0.41-0.81x XLA on the H100's MobileNet and EfficientNet layers; in its
+  // place this kernel ran them at 0.67-2.72x (bf16, H100: 64x112x112x32 0.072 ms
+  // against the split kernel's 0.197; docs/performance.md, Real-model layers). Against
+  // the row-stream kernel the order is set from the design, not measured: fp16/bf16
+  // ahead (the row-stream kernel's 64-wide strips leave 14- and 28-wide maps half
+  // idle), fp32 behind (the row-stream kernel already moves 93% of the read rate at
+  // fp32 3x3 on 128^4).
   int64_t bwd_filter_small_half_over_rowstream = 1;
   int64_t bwd_filter_small_f32_over_rowstream = 0;
   // fp16/bf16 filters at least this tall and at most this wide, at stride 1 without
