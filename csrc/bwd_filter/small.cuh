@@ -7,7 +7,10 @@
 // XLA (benchmarks/results/layers_h100_80gb_hbm3.csv): 64x56x56x144 3x3 took 0.143 ms
 // for 115.6 MB, 0.81 TB/s. The row-stream kernel, which reaches 93% of the read rate
 // on large maps, takes only whole 64-channel (half) blocks and 32/64-wide strips: C =
-// 32, 72, 144, 240 and 14- or 28-wide maps fall outside it.
+// 32, 72, 144, 240 and 14- or 28-wide maps fall outside it. This kernel took the
+// 56x56x144 layer in 0.078 ms (H100, bf16; XLA 0.111 in that run) and runs 1.16-2.72x
+// XLA on maps of 56x56 and larger; on 28x28 and smaller ones and at 5x5 with symmetric
+// padding it stays below XLA (0.67-1.04x), where jax_flashdwc/routing.py sends the pass.
 //
 // Each thread owns one output column and `width` channels (bwd_filter_small_width)
 // for a run of output rows, and keeps all KH x KW taps of them in fp32 registers, so

@@ -124,8 +124,8 @@ FwdKernel plan_fwd_without_regfilter(const DwConvParams& p, bool half_precision,
   if (mma_faster && can_implement_fwd_mma(p, half_precision, device)) return FwdKernel::kMma;
   if (can_implement_fwd_rowstream(p, half_precision)) return FwdKernel::kRowStream;
   // Stride-2 3x3 and 5x5 ahead of the GEMV kernel wherever the stride-2 kernel can run
-  // them: not yet timed (docs/design-notes.md, "Stride-2 forward (prepared, not
-  // measured)").
+  // them: MobileNetV2's 64x112x112x96 3x3 bf16 layer 0.108 ms against the GEMV
+  // kernel's 0.158 on an H100 (docs/design-notes.md, "Stride-2 forward").
   if (can_implement_fwd_stride2(p, half_precision)) return FwdKernel::kStride2;
   return can_implement_fwd_gemv(p) ? FwdKernel::kGemv : FwdKernel::kDirect;
 }
