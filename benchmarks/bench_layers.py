@@ -26,6 +26,7 @@ default.
   python benchmarks/bench_layers.py --dtype bfloat16 float32 --out benchmarks/results
   python benchmarks/bench_layers.py --models convnext_t --passes fwd --dtype float32   # one model
   python benchmarks/bench_layers.py ... --resume build/layers.csv --stop-after 500      # across calls
+  python benchmarks/bench_layers.py ... --xla-autotune-cache build/xla-autotune        # keep XLA's choices
 """
 
 from __future__ import annotations
@@ -242,6 +243,10 @@ def main(argv=None):
   parser.add_argument("--stop-after", type=float, default=None, metavar="SECONDS",
                       help="start no layer after this many seconds")
   parser.add_argument("--compilation-cache", default=None, metavar="DIR")
+  parser.add_argument("--xla-autotune-cache", default=None, metavar="DIR",
+                      help="XLA's per-fusion autotune results (--xla_gpu_per_fusion_autotune_cache_dir): read "
+                           "where DIR holds them, written where not; carried to the next call, they spare "
+                           "XLA's timing of every conv algorithm again")
   parser.add_argument("--dilation", choices=["subgrid", "direct"], default="subgrid",
                       help="dilated stride-1 problems on sub-grids (the library's default) or the direct kernels")
   parser.add_argument("--plot", default=None, metavar="CSV", help="only draw CSV's plot")
@@ -254,6 +259,11 @@ def main(argv=None):
     plot(args.plot or args.reroute)
     return 0
   conv_module.SUBGRID_DILATION = args.dilation == "subgrid"
+  if args.xla_autotune_cache:
+    # XLA reads XLA_FLAGS once, when its first backend starts; nothing has run yet.
+    os.makedirs(args.xla_autotune_cache, exist_ok=True)
+    flag = f"--xla_gpu_per_fusion_autotune_cache_dir={os.path.abspath(args.xla_autotune_cache)}"
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
   if args.compilation_cache:
     jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
