@@ -118,8 +118,10 @@ def test_fused_bias_rounds_once():
     np.testing.assert_array_equal(np.asarray(fused, np.float32), np.asarray(after, np.float32))
     return
   assert fused_err <= SLACK * after_err
-  # Within about one bf16 rounding of the exact result: half an ulp (2**-9) at most
-  # per element, about 2**-9 / sqrt(3) in relative L2 for uniform rounding errors.
+  # Within one bf16 rounding of the exact result: half an ulp is 2**-9 to 2**-8 of an
+  # element's value, which over random values gives about 1.7e-3 in relative L2 (1.66e-3
+  # measured for the conv alone on ConvNeXt-T's layers); a second rounding gives
+  # 2.2-2.4e-3, above the 2**-9 = 1.95e-3 bound.
   assert fused_err < 2.0**-9
 
 
