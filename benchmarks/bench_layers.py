@@ -182,23 +182,31 @@ def plot(path):
   with open(path) as f:
     rows = list(csv.DictReader(f))
   dtypes = sorted({r["dtype"] for r in rows})
-  fig, axes = plt.subplots(len(dtypes), 1, figsize=(14, 4.5 * len(dtypes)), squeeze=False)
+  width = max(14, 0.12 * max(sum(r["dtype"] == d for r in rows) / 3 for d in dtypes))
+  fig, axes = plt.subplots(len(dtypes), 1, figsize=(width, 4.5 * len(dtypes)), squeeze=False)
+  colors = dict(zip(PASSES, ("tab:blue", "tab:orange", "tab:green")))
   for ax, dtype in zip(axes[:, 0], dtypes):
     sub = [r for r in rows if r["dtype"] == dtype]
     layers = list(dict.fromkeys(f"{r['model']}/{r['layer']}" for r in sub))
     for i, pass_name in enumerate(PASSES):
-      xs, ys = [], []
-      for r in sub:
-        if r["pass"] == pass_name:
-          xs.append(layers.index(f"{r['model']}/{r['layer']}") + (i - 1) * 0.27)
-          ys.append(float(r["speedup"]))
-      ax.bar(xs, ys, width=0.27, label=pass_name)
+      for route in ("flashdwc", "xla"):
+        xs, ys = [], []
+        for r in sub:
+          if r["pass"] == pass_name and r.get("route", "flashdwc") == route:
+            xs.append(layers.index(f"{r['model']}/{r['layer']}") + (i - 1) * 0.27)
+            ys.append(float(r["speedup"]))
+        # Hatched: passes that implementation=None sends to XLA's conv (routing.py).
+        ax.bar(xs, ys, width=0.27, color=colors[pass_name], alpha=1.0 if route == "flashdwc" else 0.35,
+               hatch=None if route == "flashdwc" else "//",
+               label=pass_name if route == "flashdwc" else f"{pass_name}, routed to XLA")
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_yscale("log")
     ax.set_xticks(range(len(layers)))
     ax.set_xticklabels(layers, rotation=75, ha="right", fontsize=7)
+    ax.set_xlim(-0.7, len(layers) - 0.3)
     ax.set_ylabel("speedup: XLA time / ours")
-    ax.set_title(f"{dtype}, {sub[0]['gpu']}, jax {sub[0]['jax_version']}, commit {sub[0]['commit']}")
+    commits = ", ".join(sorted({r["commit"] for r in sub}))
+    ax.set_title(f"{dtype}, {sub[0]['gpu']}, jax {sub[0]['jax_version']}, commits {commits}")
     ax.legend()
   fig.tight_layout()
   out = os.path.splitext(path)[0] + ".png"

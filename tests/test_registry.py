@@ -106,8 +106,11 @@ def test_routing_rule_agrees_with_the_layer_benchmark():
     route = routing.route(row["pass"], jax.ShapeDtypeStruct(case.x_shape, dtype), (case.kh, case.kw),
                           _geometry(case, dtype), platform="cuda")
     speedup = float(row["speedup"])
-    # 5%: the spread between repeated runs of the same small layer on the H200.
-    if (route == "flashdwc" and speedup < 0.95) or (route == "xla" and speedup > 1.05):
+    # The spread between repeated runs of one layer: 5% (H200), and up to 10% where
+    # the faster side takes under 0.05 ms (H100: XLA's 112x112x96 stride-2 forward took
+    # 0.102 ms in one run and 0.114 in another).
+    noise = 0.10 if min(float(row["ours_ms"]), float(row["xla_ms"])) < 0.05 else 0.05
+    if (route == "flashdwc" and speedup < 1 - noise) or (route == "xla" and speedup > 1 + noise):
       wrong.append(f"{row['dtype']} {row['pass']} {case.name}: x{speedup} routed to {route}")
     checked += 1
   assert checked > 0
