@@ -1,7 +1,7 @@
 """Plots a benchmark CSV: TFLOP/s against filter size k for the paper's three
 feature maps, jax_flashdwc against XLA, under the bandwidth and fp32-rate roofs.
 
-  python benchmarks/visualize.py benchmarks/results/h200_fwd_fp32_eaaae13.csv --out plot.png
+  python benchmarks/visualize.py benchmarks/results/h200_fwd_fp32.csv --out plot.png
 """
 
 from __future__ import annotations
