@@ -3,6 +3,10 @@
   python examples/bench_pipeline.py --model replknet31b --bf16 --batch 64 --image-size 224 \\
       --out benchmarks/results/pipeline_replknet31b_bf16.csv
 
+On a machine whose calls are capped (10 minutes), --data-dir, --compilation-cache and
+--xla-autotune-cache under a folder the next call keeps let a second call skip writing
+the JPEGs and compiling the step.
+
 An ImageFolder of generated JPEGs (examples/data.py's SyntheticImages, written
 at 256x256, the size of a resized ImageNet photograph) is read by the training
 example's own pipeline (data.train_dataset: decode, random-resized crop to
@@ -65,27 +69,47 @@ def main(argv=None):
   parser.add_argument("--prefetch", type=int, default=2)
   parser.add_argument("--warmup", type=int, default=5)
   parser.add_argument("--steps", type=int, default=30)
-  parser.add_argument("--data-dir", default=None, help="an ImageFolder to read (default: write one to a temporary folder)")
+  parser.add_argument("--data-dir", default=None,
+                      help="an ImageFolder to read; where it does not exist, the generated JPEGs are written "
+                           "there (default: a temporary folder)")
+  parser.add_argument("--compilation-cache", default=None, metavar="DIR",
+                      help="JAX's persistent compilation cache: a second run with the same DIR loads the "
+                           "compiled step instead of compiling it again")
+  parser.add_argument("--xla-autotune-cache", default=None, metavar="DIR",
+                      help="XLA's per-fusion autotune results (--xla_gpu_per_fusion_autotune_cache_dir), "
+                           "read where DIR holds them and written where not")
   parser.add_argument("--out", default=None, help="CSV to write")
   args = parser.parse_args(argv)
+  if args.xla_autotune_cache:
+    # XLA reads XLA_FLAGS once, when its first backend starts; nothing has run yet.
+    os.makedirs(args.xla_autotune_cache, exist_ok=True)
+    flag = f"--xla_gpu_per_fusion_autotune_cache_dir={os.path.abspath(args.xla_autotune_cache)}"
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
+  if args.compilation_cache:
+    jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
   devices = jax.devices()
   if args.batch % len(devices):
     raise ValueError(f"--batch {args.batch} must be a multiple of the {len(devices)} devices")
-  sharding = NamedSharding(Mesh(np.array(devices), ("data",)), P("data"))
+  mesh = Mesh(np.array(devices), ("data",))
+  sharding, replicated = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
   with tempfile.TemporaryDirectory() as tmp:
-    root = args.data_dir
-    if root is None:
+    root = args.data_dir or os.path.join(tmp, "train")
+    if not os.path.isdir(root):
       start = time.perf_counter()
-      root = os.path.join(tmp, "train")
-      data.write_image_folder(tmp, data.SyntheticImages(args.images, args.classes, 256, 0, "train"), "train")
-      print(f"wrote {args.images} JPEGs in {time.perf_counter() - start:.1f} s", flush=True)
+      parent, split = os.path.split(os.path.abspath(root))
+      data.write_image_folder(parent, data.SyntheticImages(args.images, args.classes, 256, 0, "train"), split)
+      print(f"wrote {args.images} JPEGs to {root} in {time.perf_counter() - start:.1f} s", flush=True)
     source = data.ImageFolder(root)
     dtype = jnp.bfloat16 if args.bf16 else jnp.float32
     model = MODELS[args.model](DWCONVS[CONVS[args.conv]], len(source.classes), dtype)
     optimizer = make_optimizer(1e-3, 1000, 10)
-    variables = jax.jit(model.init)(jax.random.key(0), jnp.zeros((1, args.image_size, args.image_size, 3)))
-    opt_state = optimizer.init(variables["params"])
+    # Replicated, as the step returns them: state placed otherwise makes the second step
+    # compile the whole training step again.
+    variables = jax.jit(model.init, out_shardings=replicated)(
+        jax.random.key(0), jnp.zeros((1, args.image_size, args.image_size, 3)))
+    opt_state = jax.jit(optimizer.init, out_shardings=replicated)(variables["params"])
     train_step = make_train_step(model, optimizer)
 
     pipeline = data.DeviceIterator(
