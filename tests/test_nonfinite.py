@@ -15,7 +15,8 @@ import pytest
 from numerics import fresh_seed, oracle, pair, uniform
 from shapes import ConvCase
 
-from jax_flashdwc import _ffi, conv as conv_module, depthwise_conv2d
+from jax_flashdwc import _dilation, _ffi, conv as conv_module, depthwise_conv2d
+from jax_flashdwc._geometry import make_geometry
 
 CASES = [
     ConvCase("k3", 2, 12, 20, 16, 3, 3),
@@ -37,9 +38,13 @@ def _tensor_core_reach(case, dtype, device):
     return 0
   sh, sw = pair(case.strides)
   dh, dw = pair(case.dilation)
-  if conv_module.SUBGRID_DILATION and (sh, sw) == (1, 1) and (dh, dw) != (1, 1):
-    # The undilated problem on sub-grids of the SAME-padded image, ceil((W + pads) / dw) wide.
-    in_w, reach, dh, dw = -(-(case.w + dw * (case.kw - 1)) // dw), 15 * dw, 1, 1
+  x_spec = jax.ShapeDtypeStruct(case.x_shape, dtype)
+  geometry = make_geometry(x_spec, jax.ShapeDtypeStruct(case.kernel_shape, dtype), case.strides, case.padding,
+                           case.dilation)
+  if conv_module.SUBGRID_DILATION and _dilation.applies(geometry, prologue=False):
+    # The undilated problem on the sub-grids _dilation.py makes, `dw` image columns apart.
+    sub = jax.eval_shape(lambda x: _dilation.to_subgrids(x, geometry)[0], x_spec)
+    in_w, reach, dh, dw = sub.shape[2], 15 * dw, 1, 1
   else:
     in_w, reach = case.w, 15
   problem = dict(channels=case.c, in_w=in_w, out_w=in_w, in_h=64, out_h=64, kernel_w=case.kw,
