@@ -73,7 +73,7 @@ XLA_RULES: tuple[XlaRule, ...] = (
             and (p.kh == 5 or p.h * p.w <= 28 * 28)
             and not (p.kh == 3 and p.strides == (1, 1) and (p.c >= 1024 or p.h * p.w * p.c >= 28 * 28 * 512)),
             "filter gradient (the small-filter kernel), symmetric padding, undilated: 5x5 ran 0.69-1.01x on all "
-            "fifteen such layers (RepLKNet's 7x7x1024 branch: 0.041 ms against 0.028), 3x3 on maps of 28x28 and "
+            "17 such passes (RepLKNet's 7x7x1024 branch: 0.041 ms against 0.028), 3x3 on maps of 28x28 and "
             "smaller 0.67-1.05x (MobileNetV2's 14x14x576 stride 2: 0.048 against 0.032). Left on ours: 3x3 on "
             "56x56 and larger maps (1.12-1.75x: 112x112x16 0.048 against 0.085), 3x3 stride 1 on VAN-B0's wide "
             "MLP maps (28x28x512 1.09x, 14x14x1280 1.26x, 7x7x2048 1.06x), TensorFlow's asymmetric SAME paddings, "
