@@ -76,3 +76,21 @@ def test_profile_script_times_each_conv_and_the_scale_stand_in_has_the_same_para
   assert profile.category("void flashdwc::dwconv_fwd_rowstream_kernel<bf16>") == "flashdwc"
   assert profile.category("loop_convert_multiply_fusion_17") == "xla fusion"
   assert profile.category("conv2d_c1_k1_nhwc_specialized") == "xla conv (cudnn)"
+
+
+def test_pipeline_benchmark_compiles_the_step_once(tmp_path, caplog):
+  import logging
+
+  import jax
+
+  pytest.importorskip("grain")
+  bench = _load("bench_pipeline")
+  out, data_dir = tmp_path / "pipeline.csv", tmp_path / "images" / "train"
+  batch = str(2 * len(jax.devices()))  # data-parallel over the test session's host devices
+  args = ["--model", "convnext_micro", "--batch", batch, "--image-size", "16", "--images", "8", "--classes", "2",
+          "--warmup", "2", "--steps", "2", "--workers", "1", "--data-dir", str(data_dir), "--out", str(out)]
+  with jax.log_compiles(True), caplog.at_level(logging.WARNING, logger="jax._src.dispatch"):
+    assert bench.main(args) == 0
+  compiles = [r for r in caplog.records if "XLA compilation of jit(train_step)" in r.getMessage()]
+  assert len(compiles) == 1, [r.getMessage() for r in compiles]  # the state is placed as the step returns it
+  assert len(list(data_dir.rglob("*.jpg"))) == 8 and out.exists()  # written where --data-dir did not exist
