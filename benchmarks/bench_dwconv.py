@@ -36,6 +36,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from shapes import TEST_CASES, model_layers, paper_points  # noqa: E402
 
 from jax_flashdwc import conv as conv_module, depthwise_conv2d  # noqa: E402
+from jax_caches import use_caches  # noqa: E402
 from provenance import provenance  # noqa: E402
 
 # fwd: y = conv(x, w). bwd_data: dx from (dy, w). bwd_filter: dw from (x, dy).
@@ -217,23 +218,11 @@ def main(argv=None):
                            "the A/B of conv.TRANSPOSE_TALL_FILTERS")
   args = parser.parse_args(argv)
   conv_module.TRANSPOSE_TALL_FILTERS = args.tall_filters == "transposed"
-  # XLA reads XLA_FLAGS once, when its first backend starts; nothing has run yet.
-  xla_flags = []
-  if args.xla_autotune_cache:
-    os.makedirs(args.xla_autotune_cache, exist_ok=True)
-    xla_flags.append(f"--xla_gpu_per_fusion_autotune_cache_dir={os.path.abspath(args.xla_autotune_cache)}")
-  if args.skip_xla:
-    # XLA then only computes the reference that gates each point, so its choice of
-    # algorithm does not matter: autotuning it took most of a point's wall time (bf16
-    # forward: 37-108 s a point at k = 51).
-    xla_flags.append("--xla_gpu_autotune_level=0")
-  if xla_flags:
-    os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", "")] + xla_flags).strip()
-  if args.compilation_cache:
-    jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
-    # XLA's half-precision depthwise convolutions compile in well under JAX's default
-    # 1 s threshold on some points and would not be kept.
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  # With --skip-xla, XLA only computes the reference that gates each point, so its choice
+  # of algorithm does not matter: autotuning it took most of a point's wall time (bf16
+  # forward: 37-108 s a point at k = 51).
+  use_caches(args.compilation_cache, args.xla_autotune_cache,
+             ("--xla_gpu_autotune_level=0",) if args.skip_xla else ())
 
   cases, set_of_case = [], {}
   for name in args.shapes:

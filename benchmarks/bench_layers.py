@@ -48,6 +48,7 @@ from shapes import MODEL_LAYERS  # noqa: E402
 
 from jax_flashdwc import conv as conv_module, depthwise_conv2d, routing  # noqa: E402
 from jax_flashdwc._geometry import make_geometry  # noqa: E402
+from jax_caches import use_caches  # noqa: E402
 from provenance import provenance  # noqa: E402
 
 PASSES = ("fwd", "dx", "dw")
@@ -267,14 +268,7 @@ def main(argv=None):
     plot(args.plot or args.reroute)
     return 0
   conv_module.SUBGRID_DILATION = args.dilation == "subgrid"
-  if args.xla_autotune_cache:
-    # XLA reads XLA_FLAGS once, when its first backend starts; nothing has run yet.
-    os.makedirs(args.xla_autotune_cache, exist_ok=True)
-    flag = f"--xla_gpu_per_fusion_autotune_cache_dir={os.path.abspath(args.xla_autotune_cache)}"
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
-  if args.compilation_cache:
-    jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+  use_caches(args.compilation_cache, args.xla_autotune_cache)
 
   prov = provenance()
   gpu_tag = prov["gpu"].replace("NVIDIA ", "").replace(" ", "_").lower()

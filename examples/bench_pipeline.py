@@ -36,6 +36,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "benchmarks"))
 import data  # noqa: E402
 from models import DWCONVS, MODELS  # noqa: E402
+from jax_caches import use_caches  # noqa: E402
 from provenance import provenance  # noqa: E402
 from train import CONVS, make_optimizer, make_train_step  # noqa: E402
 
@@ -80,14 +81,7 @@ def main(argv=None):
                            "read where DIR holds them and written where not")
   parser.add_argument("--out", default=None, help="CSV to write")
   args = parser.parse_args(argv)
-  if args.xla_autotune_cache:
-    # XLA reads XLA_FLAGS once, when its first backend starts; nothing has run yet.
-    os.makedirs(args.xla_autotune_cache, exist_ok=True)
-    flag = f"--xla_gpu_per_fusion_autotune_cache_dir={os.path.abspath(args.xla_autotune_cache)}"
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
-  if args.compilation_cache:
-    jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+  use_caches(args.compilation_cache, args.xla_autotune_cache)
 
   devices = jax.devices()
   if args.batch % len(devices):
