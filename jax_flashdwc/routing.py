@@ -7,7 +7,9 @@ the problem: there, the layer benchmark over the model registry
 faster on the GPU, so the pass lowers to the conv XLA would emit for it.
 `implementation="flashdwc"` never consults this table, and the CPU always runs the
 library's kernels. The decision is per pass and made at lowering time, so a
-training step can run its forward on our kernels and a gradient on XLA's.
+training step can run its forward on our kernels and a gradient on XLA's. Dilated
+stride-1 problems run on sub-grids (_dilation.py), whose passes conv.py does not route:
+the table judges undilated problems as the user gave them.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ XLA_RULES: tuple[XlaRule, ...] = (
             "smaller 0.67-1.05x (MobileNetV2's 14x14x576 stride 2: 0.048 against 0.032). Left on ours: 3x3 on "
             "56x56 and larger maps (1.12-1.75x: 112x112x16 0.048 against 0.085), 3x3 stride 1 on VAN-B0's wide "
             "MLP maps (28x28x512 1.09x, 14x14x1280 1.26x, 7x7x2048 1.06x), TensorFlow's asymmetric SAME paddings, "
-            "where XLA pads first (1.20-2.72x), and dilated filters, which run on sub-grids (9-173x)"),
+            "where XLA pads first (1.20-2.72x), and dilated filters (on sub-grids, not routed: 5.8-173x)"),
     XlaRule(("dw",), lambda p: p.half and p.small_square and p.c % 8 != 0,
             "filter gradient, 3x3 or 5x5, channels not a multiple of 8 (no 16-byte vectors): InceptionNeXt-T's "
             "56x56x12 ran 0.47x (0.085 ms against 0.040)"),
@@ -117,12 +119,6 @@ XLA_RULES: tuple[XlaRule, ...] = (
             "5x5, stride 1, few channels on mid-sized maps: VAN-B0's LKA 5x5 on 28x28x64 ran 0.89x (forward and "
             "input gradient) and the input gradient on 14x14x160 0.88x (its forward 1.14x stays on ours); "
             "56x56x32 (1.16-1.19x), 28x28x160 (1.12-1.13x) and 28x28x240 (1.25-1.33x) stay on ours"),
-    XlaRule(("fwd", "dx"), lambda p: p.half and p.dilation != (1, 1)
-            and (p.dilation[0] * (p.kh - 1) + 1 > 2 * p.h or p.dilation[1] * (p.kw - 1) + 1 > 2 * p.w),
-            "dilated forward and input gradient where the dilated filter spans more than twice the map, so "
-            "that most taps fall in the padding and each sub-grid is a few pixels: VAN-B0's 7x7 dilation 3 on "
-            "7x7x256 ran 0.53-0.62x; on 14x14x160 (a span of 19 against 14) it runs 1.81-2.15x and stays on "
-            "ours, as do UniRepLKNet's dilated branches on 7x7 maps (1.21-3.03x)"),
 )
 
 

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jax_flashdwc import depthwise_conv2d, routing
+from jax_flashdwc import _dilation, conv as conv_module, depthwise_conv2d, routing
 from jax_flashdwc._geometry import make_geometry
 from numerics import all_passes, assert_close, fresh_seed, oracle, pair, uniform
 from shapes import MODEL_LAYERS, ConvCase
@@ -89,6 +89,24 @@ def _layer_rows():
     return list(csv.DictReader(f))
 
 
+# Passes that implementation=None runs on ours although the benchmark measured XLA's
+# conv faster: VAN-B0's 7x7 dilation-3 LKA on its 7x7 maps runs on sub-grids, whose
+# passes are not routed (conv.py); its filter gradient there is 6x XLA's, so all three
+# passes together are 1.9x XLA's, and choosing per pass before the sub-grid transform is
+# not built.
+KNOWN_LOSSES = {("van_b0/lka_7x7_d3_7x7x256", "fwd"), ("van_b0/lka_7x7_d3_7x7x256", "dx")}
+
+
+def _route(pass_name, case, dtype):
+  """What implementation=None runs for a registry pass on the GPU: a dilated stride-1
+  problem runs on sub-grids, not routed (conv.py); anything else as routing.py says."""
+  geometry = _geometry(case, dtype)
+  if conv_module.SUBGRID_DILATION and _dilation.applies(geometry, prologue=False):
+    return "flashdwc"
+  return routing.route(pass_name, jax.ShapeDtypeStruct(case.x_shape, dtype), (case.kh, case.kw), geometry,
+                       platform="cuda")
+
+
 def test_routing_rule_agrees_with_the_layer_benchmark():
   """Under the current rule, implementation=None never takes the slower side by more
   than the benchmark's noise, on any registry layer the committed benchmark measured."""
@@ -103,14 +121,15 @@ def test_routing_rule_agrees_with_the_layer_benchmark():
     if case is None:
       continue
     dtype = jnp.dtype(row["dtype"])
-    route = routing.route(row["pass"], jax.ShapeDtypeStruct(case.x_shape, dtype), (case.kh, case.kw),
-                          _geometry(case, dtype), platform="cuda")
+    route = _route(row["pass"], case, dtype)
     speedup = float(row["speedup"])
     # The spread between repeated runs of one layer: 5% (H200), and up to 10% where
     # the faster side takes under 0.05 ms (H100: XLA's 112x112x96 stride-2 forward took
     # 0.102 ms in one run and 0.114 in another).
     noise = 0.10 if min(float(row["ours_ms"]), float(row["xla_ms"])) < 0.05 else 0.05
-    if (route == "flashdwc" and speedup < 1 - noise) or (route == "xla" and speedup > 1 + noise):
+    if (case.name, row["pass"]) in KNOWN_LOSSES:
+      assert route == "flashdwc" and speedup < 1, f"{case.name} {row['pass']} is no longer a known loss"
+    elif (route == "flashdwc" and speedup < 1 - noise) or (route == "xla" and speedup > 1 + noise):
       wrong.append(f"{row['dtype']} {row['pass']} {case.name}: x{speedup} routed to {route}")
     checked += 1
   assert checked > 0
@@ -153,3 +172,18 @@ def test_routing_rule_is_consulted_on_the_gpu(monkeypatch, device):
                                                        **case.conv_kwargs()).sum(), argnums=(0, 1)))
     text = f.lower(x, w).as_text()
     assert ("flashdwc_" in text) == ours and ("convolution" in text) != ours, implementation
+
+
+def test_dilated_problems_on_subgrids_are_not_routed():
+  """implementation=None binds the sub-grid passes of a dilated problem with routed=False:
+  the rules judge undilated problems, and ours on the sub-grids is what was measured."""
+  x = jnp.ones((2, 9, 9, 8), jnp.bfloat16)
+  w = jnp.ones((3, 3, 1, 8), jnp.bfloat16)
+
+  def routed_flags(dilation):
+    jaxpr = jax.make_jaxpr(lambda x, w: depthwise_conv2d(x, w, kernel_dilation=dilation))(x, w)
+    return [e.params["routed"] for e in jaxpr.eqns if "routed" in e.params]
+
+  assert routed_flags(1) == [True]
+  assert routed_flags(2) == [False]
+
