@@ -100,6 +100,11 @@ TEST_CASES = [
     ConvCase("regfilter_k3_c64_w73", 2, 19, 73, 64, 3, 3),
     ConvCase("regfilter_k3_c192_w7", 3, 7, 7, 192, 3, 3),
     ConvCase("regfilter_k5_c128_w7", 2, 7, 7, 128, 5, 5),
+    # C not a multiple of 64: channel pairs padded to whole warps, the padding lanes'
+    # copies switched off (20%, 10% and 14% of the lanes idle).
+    ConvCase("regfilter_k3_c160_pad_lanes", 2, 11, 19, 160, 3, 3),
+    ConvCase("regfilter_k3_c232_pad_lanes", 2, 9, 13, 232, 3, 3, padding=((2, 0), (0, 1))),
+    ConvCase("regfilter_k5_c56_pad_lanes", 3, 8, 10, 56, 5, 5),
     # Height stride and dilation with a 9-wide filter, a ragged second channel block
     # (40 = 32 + 8), and a 17-wide filter with 1 valid channel in its second block
     # (the fp32 filter gradient's one-channel-per-lane tiles, TM 9 both).

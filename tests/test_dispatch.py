@@ -197,22 +197,22 @@ REGISTRY_PLANS = {
     "mobilenet_v3_large/112x112x64_k3_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
     "mobilenet_v3_large/56x56x72_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
     "mobilenet_v3_large/56x56x72_k5_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
-    "mobilenet_v3_large/28x28x120_k5_s1": ('mma', 'rowstream', 'forward:mma', 'small', 'small'),
+    "mobilenet_v3_large/28x28x120_k5_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "mobilenet_v3_large/28x28x240_k3_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
     "mobilenet_v3_large/14x14x200_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
-    "mobilenet_v3_large/14x14x480_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
-    "mobilenet_v3_large/14x14x672_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
+    "mobilenet_v3_large/14x14x480_k3_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
+    "mobilenet_v3_large/14x14x672_k3_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "mobilenet_v3_large/14x14x672_k5_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
     "mobilenet_v3_large/7x7x960_k5_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "efficientnet_b0/112x112x32_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'rowstream'),
     "efficientnet_b0/112x112x96_k3_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
     "efficientnet_b0/56x56x144_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
     "efficientnet_b0/56x56x144_k5_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
-    "efficientnet_b0/28x28x240_k5_s1": ('mma', 'rowstream', 'forward:mma', 'small', 'small'),
+    "efficientnet_b0/28x28x240_k5_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "efficientnet_b0/28x28x240_k3_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
-    "efficientnet_b0/14x14x480_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
-    "efficientnet_b0/14x14x480_k5_s1": ('mma', 'rowstream', 'forward:mma', 'small', 'small'),
-    "efficientnet_b0/14x14x672_k5_s1": ('mma', 'rowstream', 'forward:mma', 'small', 'small'),
+    "efficientnet_b0/14x14x480_k3_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
+    "efficientnet_b0/14x14x480_k5_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
+    "efficientnet_b0/14x14x672_k5_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "efficientnet_b0/14x14x672_k5_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
     "efficientnet_b0/7x7x1152_k5_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "efficientnet_b0/7x7x1152_k3_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
@@ -220,13 +220,13 @@ REGISTRY_PLANS = {
     "efficientnet_b3/150x150x144_k3_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
     "efficientnet_b3/75x75x192_k3_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'rowstream'),
     "efficientnet_b3/75x75x192_k5_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
-    "efficientnet_b3/38x38x288_k5_s1": ('mma', 'rowstream', 'forward:mma', 'small', 'rowstream'),
+    "efficientnet_b3/38x38x288_k5_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'rowstream'),
     "efficientnet_b3/38x38x288_k3_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
     "efficientnet_b3/19x19x576_k3_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
-    "efficientnet_b3/19x19x816_k5_s1": ('mma', 'rowstream', 'forward:mma', 'small', 'small'),
+    "efficientnet_b3/19x19x816_k5_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "efficientnet_b3/19x19x816_k5_s2": ('stride2', 'stride2', 'phase', 'small', 'small'),
-    "efficientnet_b3/10x10x1392_k5_s1": ('mma', 'rowstream', 'forward:mma', 'small', 'small'),
-    "efficientnet_b3/10x10x1392_k3_s1": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
+    "efficientnet_b3/10x10x1392_k5_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
+    "efficientnet_b3/10x10x1392_k3_s1": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "convnext_t/stage_56x56x96": ('mma', 'rowstream', 'forward:mma', 'mma', 'rowstream'),
     "convnext_t/stage_28x28x192": ('mma', 'rowstream', 'forward:mma', 'mma', 'split'),
     "convnext_t/stage_14x14x384": ('mma', 'rowstream', 'forward:mma', 'mma', 'split'),
@@ -237,7 +237,7 @@ REGISTRY_PLANS = {
     "van_b0/lka_5x5_28x28x64": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "van_b0/lka_7x7_d3_28x28x64": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
     "van_b0/mlp_3x3_28x28x512": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
-    "van_b0/lka_5x5_14x14x160": ('mma', 'rowstream', 'forward:mma', 'small', 'small'),
+    "van_b0/lka_5x5_14x14x160": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "van_b0/lka_7x7_d3_14x14x160": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
     "van_b0/mlp_3x3_14x14x1280": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "van_b0/lka_5x5_7x7x256": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
@@ -245,7 +245,7 @@ REGISTRY_PLANS = {
     "van_b0/mlp_3x3_7x7x2048": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "unireplknet_t/stage1_3x3_56x56x80": ('rowstream', 'rowstream', 'forward:rowstream', 'small', 'small'),
     "unireplknet_t/13x13_28x28x160": ('mma', 'gemv', 'forward:mma', 'mma', 'split'),
-    "unireplknet_t/branch_5x5_d1_28x28x160": ('mma', 'rowstream', 'forward:mma', 'small', 'small'),
+    "unireplknet_t/branch_5x5_d1_28x28x160": ('regfilter', 'rowstream', 'forward:regfilter', 'small', 'small'),
     "unireplknet_t/branch_7x7_d2_28x28x160": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
     "unireplknet_t/branch_3x3_d3_28x28x160": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
     "unireplknet_t/branch_3x3_d4_28x28x160": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
@@ -414,3 +414,18 @@ def test_filter_gradient_tiling():
   assert tiling(9, half_precision=False, kernel_h=7) == (1, 9, 1)  # 9 rows for 7
   assert tiling(9, half_precision=False, kernel_h=8) == (1, 9, 3)  # 9 rows for 8
   assert tiling(13, half_precision=False, kernel_h=5) == (1, 13, 1)  # 6 rows for 5
+
+
+def test_regfilter_lane_layout_model():
+  """The register-filter kernel's padded lanes and copies, modelled on the CPU
+  (tests/cuda/fwd_regfilter_lanes_model.py): no copy outside the pixel, every active
+  lane's words in its ring slots."""
+  import importlib.util
+  import os
+
+  path = os.path.join(os.path.dirname(__file__), "cuda", "fwd_regfilter_lanes_model.py")
+  spec = importlib.util.spec_from_file_location("fwd_regfilter_lanes_model", path)
+  model = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(model)
+  assert model.check(160, 10) == [] and model.check(56, 8) == []
+  assert model.main() == 0

@@ -42,6 +42,7 @@ cudaError_t launch_with_filter_size(const DwConvParams& p, const T* x, const T* 
   constexpr int64_t kThreads = RegFilterTraits::kThreads;
   RegFilterGrid g;
   g.pairs = p.channels / 2;
+  g.lane_pairs = fwd_regfilter_lane_pairs(p.channels);
   g.strips = (p.out_w + Shape::kTW - 1) / Shape::kTW;
   g.columns = fwd_regfilter_threads_per_row_block(p);
   // One row block per column of threads unless that leaves under two waves of resident

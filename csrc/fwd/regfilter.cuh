@@ -28,12 +28,15 @@
 // output rows above the block that the first K - 1 rows make fall into slots that are
 // zeroed before they are read.
 //
-// Copies. The 32 lanes of a warp hold 32 consecutive pairs of one pixel (C is a
-// multiple of 64), so a window column of the warp is 128 contiguous bytes. The warp
-// copies its kTW + K - 1 columns with cp.async into a shared-memory ring kRowsAhead
-// rows ahead of their use, 16 bytes a lane, and each lane reads its own words back
-// after a warp barrier. The halo columns the neighbouring strip reads too come from
-// L2.
+// Copies. The 32 lanes of a warp hold 32 consecutive pairs of one pixel, so a window
+// column of the warp is 128 contiguous bytes. The warp copies its kTW + K - 1 columns
+// with cp.async into a shared-memory ring kRowsAhead rows ahead of their use, 16 bytes
+// a lane, and each lane reads its own words back after a warp barrier. The halo
+// columns the neighbouring strip reads too come from L2. Where C is not a multiple of
+// 64 (it must be one of 8), the pairs of a pixel are padded to a multiple of 32 lanes:
+// the padding lanes copy nothing (their 16-byte chunks start at or past C / 2, and C / 2
+// is a multiple of 4 words, so a chunk is wholly inside or wholly outside the pixel),
+// compute on the zeros the ring then holds, and store nothing.
 //
 // Padding. Input rows outside the image are skipped (no loads, no FMAs): the row
 // range is the same for every thread of a block, so the branch is uniform. Columns
@@ -66,9 +69,10 @@ struct RegFilterTraits {
 
 // Problem-derived values computed once on the host (launch_fwd_regfilter).
 struct RegFilterGrid {
-  int64_t pairs;           // C / 2: channel pairs, the fastest part of a thread's index
+  int64_t pairs;           // C / 2: channel pairs of a pixel
+  int64_t lane_pairs;      // pairs rounded up to 32: the fastest part of a thread's index
   int64_t strips;          // ceil(out_w / kTW)
-  int64_t columns;         // batch * strips * pairs: threads of one row block
+  int64_t columns;         // batch * strips * lane_pairs: threads of one row block
   int64_t rows_per_block;  // output rows of a row block (blockIdx.y)
 };
 
@@ -109,12 +113,14 @@ __device__ __forceinline__ void fma2(float2& acc, float2 x, float2 w) {
 // col_ok (bit c: window column c is inside) is tested per column. `ring` is this
 // thread's slots of the block's look-ahead ring (kRingSlots x kWin words, kThreads
 // apart).
+// copy_ok: this lane's 16-byte chunk of a window column lies inside the pixel's C / 2
+// words; out_cols: outputs of this thread's strip inside the map, 0 for a padding lane.
 template <typename T, int kK, int kTW, bool kEpilogue, bool kEdge>
 __device__ __forceinline__ void walk_rows(const uint32_t* __restrict__ x, uint32_t* __restrict__ y, uint32_t* ring,
                                           const float2 (&wf)[kK][kK], const DwConvParams& p,
                                           const RegFilterGrid& g, int64_t x_offset, int64_t y_offset,
-                                          int64_t ih_first, int rows, unsigned col_ok, int out_cols,
-                                          float2 bias, const FwdEpilogue& epilogue) {
+                                          int64_t ih_first, int rows, unsigned col_ok, bool copy_ok,
+                                          int out_cols, float2 bias, const FwdEpilogue& epilogue) {
   using Tr = RegFilterTraits;
   constexpr int kWin = kTW + kK - 1;
   constexpr int kSlotWords = kWin * Tr::kThreads;
@@ -145,7 +151,7 @@ __device__ __forceinline__ void walk_rows(const uint32_t* __restrict__ x, uint32
 #pragma unroll
       for (int i = 0; i < kCopies; ++i) {
         const int c = 4 * i + copy_col;
-        const bool ok = !kEdge || ((col_ok >> c) & 1u);
+        const bool ok = copy_ok && (!kEdge || ((col_ok >> c) & 1u));
         if (c < kWin) cp_async<16>(dst + 4 * i * Tr::kThreads, ok ? src + 4 * i * g.pairs : x, ok);
       }
     }
@@ -229,7 +235,7 @@ __device__ __forceinline__ void walk_rows(const uint32_t* __restrict__ x, uint32
 
 }  // namespace regfilter
 
-// x, w, y as 32-bit words of channel pairs: C a multiple of 64 and the buffers aligned
+// x, w, y as 32-bit words of channel pairs: C a multiple of 8 and the buffers aligned
 // (can_implement_fwd_regfilter, fwd_regfilter_aligned).
 template <typename T, int kK, int kTW, int kMinBlocks, bool kEpilogue>
 __global__ void __launch_bounds__(RegFilterTraits::kThreads, kMinBlocks)
@@ -243,8 +249,16 @@ dwconv_fwd_regfilter_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w
   const uint32_t* x = reinterpret_cast<const uint32_t*>(x_ptr);
   const uint32_t* w = reinterpret_cast<const uint32_t*>(w_ptr);
   uint32_t* y = reinterpret_cast<uint32_t*>(y_ptr);
-  const int64_t pair = i % g.pairs;
-  const int64_t rest = i / g.pairs;
+  const int64_t lane_pair = i % g.lane_pairs;
+  const int64_t rest = i / g.lane_pairs;
+  // A padding lane (lane_pair >= C / 2) reads the filter and bias of the last pair and
+  // stores nothing; it still copies its chunk of the warp's window where that chunk lies
+  // inside the pixel.
+  const bool active = lane_pair < g.pairs;
+  const int64_t pair = active ? lane_pair : g.pairs - 1;
+  // The warp's first pair (lanes are aligned to 32 within lane_pairs) plus this lane's
+  // chunk, 4 words at 4 * (lane % 8): inside the pixel, or wholly past it.
+  const bool copy_ok = lane_pair - int64_t(threadIdx.x % 32) + 4 * int64_t(threadIdx.x % 8) < g.pairs;
   const int64_t strip = rest % g.strips;
   const int64_t n = rest / g.strips;
   const int64_t oh_begin = int64_t(blockIdx.y) * g.rows_per_block;
@@ -267,19 +281,24 @@ dwconv_fwd_regfilter_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w
   unsigned col_ok = 0;
 #pragma unroll
   for (int c = 0; c < kWin; ++c) col_ok |= (iw0 + c >= 0 && iw0 + c < p.in_w ? 1u : 0u) << c;
-  const int out_cols = int(min(int64_t(kTW), p.out_w - ow0));  // outputs of this strip inside the map
+  // Outputs of this strip inside the map; none stored by a padding lane.
+  const int out_cols = active ? int(min(int64_t(kTW), p.out_w - ow0)) : 0;
   const int64_t ih_first = oh_begin - p.pad_top;
   // Word offsets of input row ih_first's window column 0 and of output row oh_begin's
   // column ow0; only in-image words are read, so iw0 < 0 is harmless.
-  const int64_t x_offset = ((n * p.in_h + ih_first) * p.in_w + iw0) * g.pairs + pair;
+  // x is addressed from lane_pair, not pair: the copies are laid out by the warp's first
+  // pair (lane_pair - lane), and a padding lane may copy a chunk inside the pixel.
+  const int64_t x_offset = ((n * p.in_h + ih_first) * p.in_w + iw0) * g.pairs + lane_pair;
   const int64_t y_offset = ((n * p.out_h + oh_begin) * p.out_w + ow0) * g.pairs + pair;
   constexpr unsigned kAllColumns = (1u << kWin) - 1;
   if (col_ok == kAllColumns) {
     regfilter::walk_rows<T, kK, kTW, kEpilogue, false>(x, y, ring_words + threadIdx.x, wf, p, g, x_offset,
-                                                       y_offset, ih_first, rows, col_ok, out_cols, bias, epilogue);
+                                                       y_offset, ih_first, rows, col_ok, copy_ok, out_cols, bias,
+                                                       epilogue);
   } else {
     regfilter::walk_rows<T, kK, kTW, kEpilogue, true>(x, y, ring_words + threadIdx.x, wf, p, g, x_offset,
-                                                      y_offset, ih_first, rows, col_ok, out_cols, bias, epilogue);
+                                                      y_offset, ih_first, rows, col_ok, copy_ok, out_cols, bias,
+                                                      epilogue);
   }
 }
 

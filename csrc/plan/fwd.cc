@@ -23,12 +23,12 @@ const char* fwd_kernel_name(FwdKernel kernel) {
   return "direct";
 }
 
-// 3x3 and 5x5 filters, stride 1, dilation 1, C a multiple of 64 (a warp's 32 channel
-// pairs are one pixel's, so that it copies whole 128-byte runs), the grid within
-// CUDA's limits; fp16/bf16 only.
+// 3x3 and 5x5 filters, stride 1, dilation 1, C a multiple of 8 (a warp's 32 channel
+// pairs are one pixel's, padded to whole warps, and each lane copies 16 bytes that are
+// wholly inside or past the pixel), the grid within CUDA's limits; fp16/bf16 only.
 bool can_implement_fwd_regfilter(const DwConvParams& p, bool half_precision) {
   return half_precision && p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1 &&
-         p.kernel_h == p.kernel_w && (p.kernel_w == 3 || p.kernel_w == 5) && p.channels % 64 == 0 &&
+         p.kernel_h == p.kernel_w && (p.kernel_w == 3 || p.kernel_w == 5) && p.channels % 8 == 0 &&
          p.out_h <= 65535 &&
          (fwd_regfilter_threads_per_row_block(p) + kFwdRegFilterThreads - 1) / kFwdRegFilterThreads <= INT32_MAX;
 }
@@ -110,10 +110,16 @@ bool can_implement_fwd_stride2(const DwConvParams& p, bool half_precision) {
 // blocks, 0.38-0.87 (ConvNeXt's 28-, 14- and 7-wide maps at C = 192-768,
 // 128x16x16x512, 128x24x24x256). Against the tensor-core kernel over 64 columns, 5x5:
 // 0.946 (bf16) and 0.881 (fp16) on 128^4, 0.909 on 128x112x112x128. C = 96 is not
-// whole blocks (it took 1.31 of the time there).
+// whole blocks (it took 1.31 of the time there). Other multiples of 8 go there where
+// padding the pairs to whole warps idles at most fwd_regfilter_max_idle_lanes_pct of
+// the lanes (plan/thresholds.h).
 FwdKernel plan_fwd(const DwConvParams& p, bool half_precision, const DeviceLimits& device) {
-  return can_implement_fwd_regfilter(p, half_precision) ? FwdKernel::kRegFilter
-                                                        : plan_fwd_without_regfilter(p, half_precision, device);
+  const int64_t pairs = p.channels / 2;
+  const int64_t idle = fwd_regfilter_lane_pairs(p.channels) - pairs;
+  const bool few_idle_lanes = 100 * idle <= kPlanThresholds.fwd_regfilter_max_idle_lanes_pct * pairs;
+  return can_implement_fwd_regfilter(p, half_precision) && few_idle_lanes
+             ? FwdKernel::kRegFilter
+             : plan_fwd_without_regfilter(p, half_precision, device);
 }
 
 FwdKernel plan_fwd_without_regfilter(const DwConvParams& p, bool half_precision, const DeviceLimits& device) {

@@ -42,10 +42,13 @@ inline constexpr int64_t kFwdGemvHalfTmStride2 = 2;
 // 4 for 5x5 (fwd/regfilter.cu, RegFilterShape).
 inline constexpr int64_t kFwdRegFilterThreads = 128;
 inline int64_t fwd_regfilter_outputs_per_thread(int64_t kernel) { return kernel == 3 ? 8 : 4; }
+// Threads a pixel of the register-filter grid: one a channel pair, rounded up to whole
+// warps (a warp's 32 lanes copy 128 contiguous bytes of one pixel).
+inline int64_t fwd_regfilter_lane_pairs(int64_t channels) { return (channels / 2 + 31) / 32 * 32; }
 // Threads along one row block of the register-filter grid.
 inline int64_t fwd_regfilter_threads_per_row_block(const DwConvParams& p) {
   const int64_t tw = fwd_regfilter_outputs_per_thread(p.kernel_w);
-  return p.batch * ((p.out_w + tw - 1) / tw) * (p.channels / 2);
+  return p.batch * ((p.out_w + tw - 1) / tw) * fwd_regfilter_lane_pairs(p.channels);
 }
 
 // Whether each kernel can run the problem's geometry (the launch may also need aligned

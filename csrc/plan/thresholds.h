@@ -27,6 +27,14 @@ struct PlanThresholds {
   // and 1024, tensor cores took 1.03-1.16 of the time.
   int64_t fwd_mma_kw5_kernel_w = 5;
   int64_t fwd_mma_kw5_min_out_w = 65;
+  // Forward, fp16/bf16 3x3 and 5x5: the register-filter kernel takes C not a multiple
+  // of 64 where the padding lanes (pairs rounded up to 32) are at most this percentage
+  // of the pairs: EfficientNet-B0's 480 and 672 channels (7% and 5%), 240 (7%), 160
+  // (20%); not 96, 144 or 200 (33%, 33%, 28%). Not yet timed: set from the registry,
+  // where the register-filter kernel ran its 3x3/5x5 layers at 0.89-1.40x XLA and the
+  // row-stream and tensor-core kernels it would displace ran EfficientNet-B0's 14x14
+  // layers at 0.81-0.91x (H100, bf16; docs/performance.md).
+  int64_t fwd_regfilter_max_idle_lanes_pct = 25;
   // Filter-gradient, fp16/bf16: tensor cores from 9 taps across, on any map. Kernel
   // A/B on the H200 (bf16, ms, split -> tensor cores): k = 9 on 64x32x32x1536 1.29 ->
   // 0.67, on 128x32x32x1024 1.70 -> 0.86, on 128x64x64x256 1.02 -> 0.73, on
@@ -95,6 +103,7 @@ void for_each_threshold(Fn&& fn) {
   fn("fwd_mma_min_kernel_w", t.fwd_mma_min_kernel_w);
   fn("fwd_mma_kw5_kernel_w", t.fwd_mma_kw5_kernel_w);
   fn("fwd_mma_kw5_min_out_w", t.fwd_mma_kw5_min_out_w);
+  fn("fwd_regfilter_max_idle_lanes_pct", t.fwd_regfilter_max_idle_lanes_pct);
   fn("bwd_filter_mma_min_kernel_w", t.bwd_filter_mma_min_kernel_w);
   fn("bwd_filter_mma_kw7_kernel_w", t.bwd_filter_mma_kw7_kernel_w);
   fn("bwd_filter_mma_kw7_min_out_w", t.bwd_filter_mma_kw7_min_out_w);

@@ -1,6 +1,7 @@
 // Standalone GPU check of the register-filter forward kernel (fwd/regfilter.cuh)
 // against a CPU reference in double, through the dispatcher run_dwconv_fwd: every shape
-// here is a square 3x3 or 5x5 with C a multiple of 64, which it sends there.
+// here is a square 3x3 or 5x5 with C a multiple of 64, or of 8 with few padding lanes,
+// which it sends there.
 // Build (from the repository root):
 //   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc tests/cuda/check_fwd_regfilter.cu \
 //        csrc/fwd/*.cu csrc/plan/fwd.cc -o check_fwd_regfilter
@@ -93,6 +94,12 @@ int main() {
       same("k3_flip_epilogue", 2, 18, 30, 64, 3, true, true),
       padded("k3_valid", 2, 20, 30, 64, 3, 0, 0, 0, 0),
       padded("k3_pad_3_0_0_2", 2, 20, 35, 64, 3, 3, 0, 0, 2),  // a row wholly in the padding
+      // C not a multiple of 64: pairs padded to whole warps (lanes idle: 20%, 7%, 10%, 14%).
+      same("k3_c160_pad_lanes", 2, 11, 19, 160, 3, false, true),
+      same("k3_c480_w14", 4, 14, 14, 480, 3),                   // EfficientNet-B0's 14x14x480
+      padded("k3_c232_pad", 2, 9, 13, 232, 3, 2, 0, 0, 1),
+      same("k5_c56_one_warp", 3, 8, 10, 56, 5, true),         // 28 pairs: one warp, 4 lanes idle
+      same("k5_c672_w14", 2, 14, 14, 672, 5, false, true),
       padded("k3_crop", 2, 26, 36, 64, 3, -1, 2, -1, 1),      // negative padding crops
       same("k3_tall_rowblocks", 1, 300, 40, 64, 3),           // 18 row blocks of 17 rows
       same("k3_w7_c768", 4, 7, 7, 768, 3),                    // one strip, 7 of its 8 columns
