@@ -13,32 +13,50 @@ namespace {
 
 using namespace conv1d_cuda;
 
-// Forward positions per thread: a 64-run rereads K - 1 = 3 halo inputs (4.7%, from
-// L2, where the neighbouring run just read them) and gives 64k tokens x 5120 bf16
-// channels 655k threads, about 5 waves of a 132-SM GPU at 1024 threads an SM.
-constexpr int64_t kFwdRun = 64;
-// Positions loaded ahead of use per thread: U 16-byte loads in flight (two tensors,
-// x and dy, backward). ptxas (sm_90) gives the bf16 K = 4 backward 251 registers at
-// U = 4 and 217 at U = 2: two 128-thread blocks an SM either way, so U = 4 keeps
-// twice the loads in flight for the same occupancy.
-constexpr int kFwdAhead = 8;
-constexpr int kBwdAhead = 4;
+// Launch geometry. ncu (H100, bf16, K = 4, SiLU + bias, 8x2048x1536) measured the
+// forward with 64-position runs, 8 channels and 8 loads ahead a thread at 168
+// registers, 13% of peak warps active and 14% of DRAM bandwidth (184 us, where an
+// XLA fusion moving the same bytes takes 35 us), and the backward with 128-position
+// runs at 251 registers, 9% warps active, 14% of DRAM (300 us): too few threads, each
+// holding too many registers. The constants below trade per-thread lookahead for
+// resident threads.
+//
+// Forward: 16-position runs of 4 channels (8 bytes bf16/fp16, 16 fp32), 4 loads ahead.
+// 16k tokens x 1536 channels then give 393k threads (the H100 holds 270k; 132 SMs x
+// 2048), 64k x 5120 give 5.2M; each run rereads K - 1 = 3 halo inputs (19% more
+// loads, from L2: the neighbouring run's block is a few blocks away in the grid).
+// ptxas (sm_90) fits every window instance in 80 registers without spills at 6
+// blocks an SM (bf16 K = 4: 80, against 152 at 8 channels and 128 with spills at 4
+// blocks an SM); 8 loads ahead spill at 80 registers.
+constexpr int64_t kFwdRun = 16;
+constexpr int kFwdAhead = 4;
+constexpr int kFwdChannels = 4;
+// Backward: 2 channels a thread (4 bytes bf16/fp16, 8 fp32), 3 loads ahead (x and dy
+// each), and each 128-position chunk of the partial filter gradients walked by the 4
+// warps of one block, 32 positions each (3 halo inputs: 9% more loads), summed in
+// shared memory before the chunk's one slot is written: 16x the threads (bf16) with
+// no more partials for XLA to sum. ptxas fits the window instances in 96 registers
+// without spills at 5 blocks an SM (bf16 K = 4: 94, against 251 at 8 channels; 4
+// channels need 159 registers at 3 blocks an SM; 2 channels spill at 6 blocks an SM,
+// and at 5 with 4 loads ahead, which fit 111 registers at 4 blocks an SM).
+constexpr int kBwdAhead = 3;
+constexpr int kBwdChannels = 2;
+constexpr int kBwdWarps = 4;
 constexpr int kThreads = 128;
 
-bool aligned16(const void* ptr) { return ptr == nullptr || reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
-
-template <typename T>
+// Channels a thread owns: `channels`, at most 16 bytes of them.
+template <typename T, int channels>
 constexpr int vector_width() {
-  return int(16 / sizeof(T));
+  return int(16 / sizeof(T)) < channels ? int(16 / sizeof(T)) : channels;
 }
 
-// The vector width every buffer allows: 16 bytes where C is a multiple of it and
-// every base address is 16-byte aligned (XLA's are), else one channel per thread.
-template <typename T>
+// Whether every buffer allows V channels a thread: C a multiple of V and every base
+// address aligned to V elements (XLA's are 16-byte aligned); else one channel.
+template <typename T, int V>
 bool use_vectors(const Conv1dParams& p, std::initializer_list<const void*> ptrs) {
-  if (p.channels % vector_width<T>() != 0) return false;
+  if (p.channels % V != 0) return false;
   for (const void* ptr : ptrs) {
-    if (!aligned16(ptr)) return false;
+    if (ptr != nullptr && reinterpret_cast<uintptr_t>(ptr) % (sizeof(T) * V) != 0) return false;
   }
   return true;
 }
@@ -75,20 +93,27 @@ template <typename T, int V>
 cudaError_t bwd_with(const Conv1dParams& p, const T* x, const T* w, const T* bias, const int32_t* seg,
                      const T* state, const T* dy, T* dx, T* dstate, float* dw_part, float* db_part,
                      cudaStream_t stream) {
-  int threads;
-  cudaError_t err;
-  const dim3 grid = grid_for(p, V, p.chunks_per_row(), &threads, &err);
-  if (err != cudaSuccess) return err;
   const bool window = p.dilation == 1 && p.kernel_size >= 2 && p.kernel_size <= 4;
+  if (!window) {
+    int threads;
+    cudaError_t err;
+    const dim3 grid = grid_for(p, V, p.chunks_per_row(), &threads, &err);
+    if (err != cudaSuccess) return err;
+    conv1d_bwd_generic<T, V><<<grid, threads, 0, stream>>>(x, w, bias, seg, state, dy, dx, dstate, dw_part,
+                                                           db_part, p);
+    return cudaGetLastError();
+  }
+  // Window kernels: blocks of (32 channel groups, kBwdWarps sub-runs of one chunk).
+  const int64_t blocks = (p.channels + 32 * V - 1) / (32 * V) * p.chunks_per_row() * p.batch;
+  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  const dim3 grid{unsigned(blocks)}, block{32, kBwdWarps};
 #define FLASHDWC_BWD_ARGS x, w, bias, seg, state, dy, dx, dstate, dw_part, db_part, p
-  if (window && p.kernel_size == 2) {
-    conv1d_bwd_window<T, V, 2, kBwdAhead><<<grid, threads, 0, stream>>>(FLASHDWC_BWD_ARGS);
-  } else if (window && p.kernel_size == 3) {
-    conv1d_bwd_window<T, V, 3, kBwdAhead><<<grid, threads, 0, stream>>>(FLASHDWC_BWD_ARGS);
-  } else if (window && p.kernel_size == 4) {
-    conv1d_bwd_window<T, V, 4, kBwdAhead><<<grid, threads, 0, stream>>>(FLASHDWC_BWD_ARGS);
+  if (p.kernel_size == 2) {
+    conv1d_bwd_window<T, V, 2, kBwdAhead, kBwdWarps><<<grid, block, 0, stream>>>(FLASHDWC_BWD_ARGS);
+  } else if (p.kernel_size == 3) {
+    conv1d_bwd_window<T, V, 3, kBwdAhead, kBwdWarps><<<grid, block, 0, stream>>>(FLASHDWC_BWD_ARGS);
   } else {
-    conv1d_bwd_generic<T, V><<<grid, threads, 0, stream>>>(FLASHDWC_BWD_ARGS);
+    conv1d_bwd_window<T, V, 4, kBwdAhead, kBwdWarps><<<grid, block, 0, stream>>>(FLASHDWC_BWD_ARGS);
   }
 #undef FLASHDWC_BWD_ARGS
   return cudaGetLastError();
@@ -101,8 +126,9 @@ cudaError_t run_conv1d_fwd(const Conv1dParams& p, const T* x, const T* w, const 
                            const T* state, T* y, cudaStream_t stream) {
   if (p.batch * p.length * p.channels == 0) return cudaSuccess;
   if (p.state_len == 0) state = nullptr;
-  if (use_vectors<T>(p, {x, state, y})) {
-    return fwd_with<T, vector_width<T>()>(p, x, w, bias, seg, state, y, stream);
+  constexpr int kV = vector_width<T, kFwdChannels>();
+  if (use_vectors<T, kV>(p, {x, state, y})) {
+    return fwd_with<T, kV>(p, x, w, bias, seg, state, y, stream);
   }
   return fwd_with<T, 1>(p, x, w, bias, seg, state, y, stream);
 }
@@ -114,8 +140,9 @@ cudaError_t run_conv1d_bwd(const Conv1dParams& p, const T* x, const T* w, const 
   if (p.batch * p.length * p.channels == 0) return cudaSuccess;
   // A zero-size buffer's address is arbitrary: it must not force the scalar path.
   if (p.state_len == 0) state = nullptr, dstate = nullptr;
-  if (use_vectors<T>(p, {x, state, dy, dx, dstate})) {
-    return bwd_with<T, vector_width<T>()>(p, x, w, bias, seg, state, dy, dx, dstate, dw_part, db_part, stream);
+  constexpr int kV = vector_width<T, kBwdChannels>();
+  if (use_vectors<T, kV>(p, {x, state, dy, dx, dstate})) {
+    return bwd_with<T, kV>(p, x, w, bias, seg, state, dy, dx, dstate, dw_part, db_part, stream);
   }
   return bwd_with<T, 1>(p, x, w, bias, seg, state, dy, dx, dstate, dw_part, db_part, stream);
 }
