@@ -1,8 +1,8 @@
-// The input gradient on the GPU: the polyphase and gather kernels' grids, and
-// run_dwconv_bwd_data, which runs the plan of plan_bwd_data (plan/bwd_data.h).
+// The input gradient on the GPU: the polyphase and gather kernels' template
+// instances, and run_dwconv_bwd_data, which launches the plan of
+// plan_bwd_data_launch (plan/bwd_data_launch.h).
 #include "bwd_data/launch.h"
 
-#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -11,24 +11,21 @@
 #include "common/direct_conv.cuh"
 #include "common/launch.cuh"
 #include "fwd/launch.h"
-#include "plan/bwd_data.h"
+#include "plan/bwd_data_launch.h"
 
 namespace flashdwc {
 namespace {
 
 template <typename T>
-cudaError_t launch_bwd_data_direct(const DwConvParams& p, const T* dy, const T* w, T* dx, cudaStream_t stream) {
-  const bool vec = direct_vectorized<T>(p, dy, w, dx);
-  const int64_t width = vec ? Vec16<T>::kWidth : 1;
-  dim3 grid;
-  if (!direct_grid_2d(p.batch * p.in_h, p.in_w * (p.channels / width), grid)) return cudaErrorInvalidValue;
-  const int step_h = strided_tap_step(p.stride_h, p.dilation_h);
-  const int step_w = strided_tap_step(p.stride_w, p.dilation_w);
-  if (vec) {
+cudaError_t launch_bwd_data_direct(const DwConvParams& p, const BwdDataLaunchPlan& plan, const T* dy, const T* w,
+                                   T* dx, cudaStream_t stream) {
+  if (plan.status == LaunchStatus::kInvalid) return cudaErrorInvalidValue;
+  const dim3 grid = to_dim3(plan.launch.grid), block = to_dim3(plan.launch.block);
+  if (plan.vec) {
     dwconv_bwd_data_direct_kernel<T, Vec16<T>::kWidth>
-        <<<grid, kDirectThreadsPerBlock, 0, stream>>>(dy, w, dx, p, step_h, step_w);
+        <<<grid, block, 0, stream>>>(dy, w, dx, p, plan.step_h, plan.step_w);
   } else {
-    dwconv_bwd_data_direct_kernel<T, 1><<<grid, kDirectThreadsPerBlock, 0, stream>>>(dy, w, dx, p, step_h, step_w);
+    dwconv_bwd_data_direct_kernel<T, 1><<<grid, block, 0, stream>>>(dy, w, dx, p, plan.step_h, plan.step_w);
   }
   return cudaGetLastError();
 }
@@ -46,23 +43,13 @@ struct PhaseConfig {
 };
 
 template <typename T, int kK>
-cudaError_t launch_bwd_data_phase(const DwConvParams& p, const T* dy, const T* w, T* dx, cudaStream_t stream) {
+cudaError_t launch_bwd_data_phase(const DwConvParams& p, const BwdDataLaunchPlan& plan, const T* dy, const T* w,
+                                  T* dx, cudaStream_t stream) {
   using Cfg = PhaseConfig<T, kK>;
-  const BwdDataPhaseGrid g =
-      make_bwd_data_phase_grid(p, Cfg::kWidth, bwd_data_phase_rows_per_thread(p, Cfg::kWidth, device_limits().sms));
-  if (p.batch <= 0 || g.slots <= 0) return cudaSuccess;
-  const dim3 grid(unsigned((g.slots + kBwdDataPhaseThreads - 1) / kBwdDataPhaseThreads),
-                  unsigned(std::min<int64_t>(p.batch, 65535)));
+  if (plan.status == LaunchStatus::kNothing) return cudaSuccess;
   dwconv_bwd_data_phase_kernel<T, kK, Cfg::kWidth, Cfg::kMinBlocks>
-      <<<grid, kBwdDataPhaseThreads, 0, stream>>>(dy, w, dx, p, g);
+      <<<to_dim3(plan.launch.grid), to_dim3(plan.launch.block), 0, stream>>>(dy, w, dx, p, plan.phase);
   return cudaGetLastError();
-}
-
-// Whether the buffers are aligned to the kernel's vectors.
-template <typename T>
-bool phase_aligned(const DwConvParams& p, const T* dy, const T* w, const T* dx) {
-  const size_t bytes = size_t(bwd_data_phase_width(p.kernel_w, !std::is_same_v<T, float>)) * sizeof(T);
-  return aligned(dy, bytes) && aligned(w, bytes) && aligned(dx, bytes);
 }
 
 }  // namespace
@@ -70,15 +57,19 @@ bool phase_aligned(const DwConvParams& p, const T* dy, const T* w, const T* dx) 
 template <typename T>
 cudaError_t run_dwconv_bwd_data(const DwConvParams& p, const T* dy, const T* w, T* dx,
                                 cudaStream_t stream) {
-  if (bwd_data_runs_as_forward(p)) {
-    return run_dwconv_fwd(stride1_bwd_data_as_fwd(p), dy, w, dx, stream);
+  BwdDataCall call;
+  call.half_precision = !std::is_same_v<T, float>;
+  call.dy_align = address_alignment(dy);
+  call.w_align = address_alignment(w);
+  call.dx_align = address_alignment(dx);
+  const BwdDataLaunchPlan plan = plan_bwd_data_launch(p, call, device_limits());
+  switch (plan.kernel) {
+    case BwdDataKernel::kForward: return launch_fwd(stride1_bwd_data_as_fwd(p), plan.forward, dy, w, dx, stream);
+    case BwdDataKernel::kPhase:
+      return p.kernel_w == 3 ? launch_bwd_data_phase<T, 3>(p, plan, dy, w, dx, stream)
+                             : launch_bwd_data_phase<T, 5>(p, plan, dy, w, dx, stream);
+    default: return launch_bwd_data_direct(p, plan, dy, w, dx, stream);
   }
-  const bool half_precision = !std::is_same_v<T, float>;
-  if (can_implement_bwd_data_phase(p, half_precision) && phase_aligned(p, dy, w, dx)) {
-    return p.kernel_w == 3 ? launch_bwd_data_phase<T, 3>(p, dy, w, dx, stream)
-                           : launch_bwd_data_phase<T, 5>(p, dy, w, dx, stream);
-  }
-  return launch_bwd_data_direct(p, dy, w, dx, stream);
 }
 
 template cudaError_t run_dwconv_bwd_data<float>(const DwConvParams&, const float*, const float*, float*,

@@ -27,8 +27,6 @@
 
 namespace flashdwc {
 
-inline constexpr int kBwdDataPhaseThreads = 128;
-
 // One block of threads over an image's slots (channel group fastest, then the phase
 // column, then the run of phase rows), blockIdx.y over images. The launcher
 // (bwd_data/launch.cu) guarantees: stride 2, dilation 1, K x K filter not flipped, C a

@@ -34,6 +34,9 @@ FLASHDWC_HOST_DEVICE FLASHDWC_FORCEINLINE PhaseRange phase_range(int64_t size, i
   return {first, floor_half(size - 1 + pad) - first + 1};
 }
 
+// Threads a block.
+inline constexpr int kBwdDataPhaseThreads = 128;
+
 // The kernel's grid: blockIdx.y over images (a grid-stride loop past 65535), x over
 // an image's slots, channel group fastest, then the phase column, then the run of
 // rows_per_thread phase rows.

@@ -1,5 +1,5 @@
-// Launcher of the tensor-core filter gradient (bwd_filter/mma.cuh).
-#include <algorithm>
+// Launcher of the tensor-core filter gradient (bwd_filter/mma.cuh): the kernel
+// instance for the grid plan_bwd_filter_launch (plan/bwd_filter_launch.h) chose.
 #include <cstdint>
 
 #include "bwd_filter/mma.cuh"
@@ -34,23 +34,33 @@ auto mma_kernel_for(const MmaBwdFilterGrid& g) {
 }
 
 template <typename T>
-cudaError_t launch_bwd_filter_mma(const DwConvParams& p, const T* x, const T* dy, float* workspace,
-                                  int64_t slices, cudaStream_t stream) {
-  using Tr = MmaBwdFilterTraits;
-  const MmaBwdFilterGrid g = make_mma_bwd_filter_grid(p, slices, max_smem_per_block());
-  const int64_t chunks = slices > 0 ? slices : mma_bwd_filter_ceil_div(g.rows, g.rows_per_split);
-  const bool vec = p.channels % 8 == 0 && aligned(x, 16) && aligned(dy, 16);
-  auto kernel = vec ? mma_kernel_for<T, true>(g) : mma_kernel_for<T, false>(g);
-  const int64_t smem = mma_bwd_filter_smem_bytes(g);
-  if (cudaError_t err = allow_dynamic_smem(kernel, size_t(smem)); err != cudaSuccess) return err;
-  const dim3 blocks(unsigned(g.groups), unsigned(mma_bwd_filter_ceil_div(p.channels, Tr::kBlockChannels)), unsigned(chunks));
-  kernel<<<blocks, Tr::kThreads, size_t(smem), stream>>>(x, dy, workspace, p, g);
+cudaError_t launch_bwd_filter_mma(const DwConvParams& p, const BwdFilterLaunchPlan& plan, const T* x, const T* dy,
+                                  float* workspace, cudaStream_t stream) {
+  auto kernel = plan.vec ? mma_kernel_for<T, true>(plan.mma) : mma_kernel_for<T, false>(plan.mma);
+  const size_t smem = size_t(plan.launch.smem_bytes);
+  if (cudaError_t err = allow_dynamic_smem(kernel, smem); err != cudaSuccess) return err;
+  kernel<<<to_dim3(plan.launch.grid), to_dim3(plan.launch.block), smem, stream>>>(x, dy, workspace, p, plan.mma);
   return cudaGetLastError();
 }
 
-template cudaError_t launch_bwd_filter_mma<__half>(const DwConvParams&, const __half*, const __half*, float*,
-                                                   int64_t, cudaStream_t);
-template cudaError_t launch_bwd_filter_mma<__nv_bfloat16>(const DwConvParams&, const __nv_bfloat16*,
-                                                          const __nv_bfloat16*, float*, int64_t, cudaStream_t);
+template <typename T>
+cudaError_t launch_bwd_filter_mma(const DwConvParams& p, const T* x, const T* dy, float* workspace,
+                                  int64_t slices, cudaStream_t stream) {
+  BwdFilterCall call;
+  call.half_precision = true;
+  call.x_align = address_alignment(x);
+  call.dy_align = address_alignment(dy);
+  return launch_bwd_filter_mma(p, plan_bwd_filter_mma_launch(p, slices, call, device_limits()), x, dy, workspace,
+                               stream);
+}
+
+#define FLASHDWC_INSTANTIATE_MMA(T)                                                                               \
+  template cudaError_t launch_bwd_filter_mma<T>(const DwConvParams&, const BwdFilterLaunchPlan&, const T*,         \
+                                                const T*, float*, cudaStream_t);                                   \
+  template cudaError_t launch_bwd_filter_mma<T>(const DwConvParams&, const T*, const T*, float*, int64_t,          \
+                                                cudaStream_t);
+
+FLASHDWC_INSTANTIATE_MMA(__half)
+FLASHDWC_INSTANTIATE_MMA(__nv_bfloat16)
 
 }  // namespace flashdwc

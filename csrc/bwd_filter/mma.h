@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "common/params.h"
+#include "plan/bwd_filter_launch.h"
 
 namespace flashdwc {
 
@@ -22,5 +23,11 @@ namespace flashdwc {
 template <typename T>
 cudaError_t launch_bwd_filter_mma(const DwConvParams& p, const T* x, const T* dy, float* workspace,
                                   int64_t slices, cudaStream_t stream);
+
+// The same with the plan given (plan_bwd_filter_launch or plan_bwd_filter_mma_launch,
+// kMma): the workspace already zeroed in atomic mode.
+template <typename T>
+cudaError_t launch_bwd_filter_mma(const DwConvParams& p, const BwdFilterLaunchPlan& plan, const T* x, const T* dy,
+                                  float* workspace, cudaStream_t stream);
 
 }  // namespace flashdwc

@@ -20,7 +20,8 @@ struct MmaBwdFilterTraits {
   static constexpr int kMaxKernelW = 16 * kMaxTiles;  // at most 4 M tiles, one N tile
 };
 
-// Problem-derived values computed once on the host (make_grid, bwd_filter/mma.cu).
+// Problem-derived values computed once on the host (make_mma_bwd_filter_grid, for
+// plan/bwd_filter_launch.cc).
 struct MmaBwdFilterGrid {
   int m_tiles;      // ceil(KW / 16)
   int n_per_group;  // N tiles (8 filter rows each) per block, m_tiles * n_per_group <= kMaxTiles
@@ -36,7 +37,7 @@ struct MmaBwdFilterGrid {
   bool atomic;             // merge by atomicAdd into slice 0, else store into slice z
 };
 
-// Blocks the kernel aims for in atomic mode, as the split kernel (bwd_filter/launch.cuh).
+// Blocks the kernel aims for in atomic mode, as the split kernel (plan/bwd_filter_launch.cc).
 inline constexpr int64_t kMmaBwdFilterTargetBlocks = 2048;
 // Input rows a chunk takes at least: each chunk first stages every dy row of its
 // group, so a chunk much shorter than the ring would mostly stage.

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 
+#include "bwd_filter/rowstream_grid.h"
 #include "common/cp_async.cuh"
 #include "common/cuda_types.cuh"
 #include "common/static_for.cuh"
@@ -50,30 +51,6 @@ struct BwdFilterRowStreamTraits {
 };
 
 inline constexpr int kBwdFilterRowStreamMaxKernelH = 16;  // one worker per filter row at least
-
-// Problem-derived values computed once on the host.
-struct BwdFilterRowStreamGrid {
-  int64_t strips;          // ceil(Wo / kStrip)
-  int image_rows;          // rows of one image in the sequence: Ho + KH - 1
-  int64_t sequence_rows;   // output rows of the sequence: N * image_rows - (KH - 1)
-  int64_t rows_per_block;  // sequence rows per block (the last block may have fewer)
-  int64_t row_blocks;      // ceil(sequence_rows / rows_per_block)
-  int x_ring;              // input-row slots: KH + kPrefetchRows
-  int segments;            // column segments of the strip: 16 / KH
-  int64_t channel_blocks;  // C / kBlockChannels, the fastest-varying part of blockIdx.x
-};
-
-// Bytes of dynamic shared memory: the input-row ring, then the dy-row ring; after
-// the last row the same bytes hold the workers' partial sums.
-template <typename T, int kStrip, int kKW>
-constexpr int64_t bwd_filter_rowstream_smem_bytes(int64_t kernel_h) {
-  using Tr = BwdFilterRowStreamTraits<T, kStrip>;
-  const int64_t channel_bytes = Tr::kBlockChannels * int64_t(sizeof(T));
-  const int64_t rings = (kernel_h + Tr::kPrefetchRows) * (kStrip + kKW - 1) * channel_bytes +
-                        Tr::kDyRing * kStrip * channel_bytes;
-  const int64_t partials = int64_t(Tr::kWorkers) * kKW * Tr::kBlockChannels * int64_t(sizeof(float));
-  return rings > partials ? rings : partials;
-}
 
 // One worker's columns [0, count) of its segment for one output row: acc[kw] +=
 // dy[ow] * x[ow + kw], with x_col at the segment's first input column and dy_col at

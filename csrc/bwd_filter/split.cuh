@@ -32,6 +32,7 @@
 
 #include <cstdint>
 
+#include "bwd_filter/split_grid.h"
 #include "common/cuda_types.cuh"
 #include "common/static_for.cuh"
 #include "common/params.h"
@@ -63,18 +64,6 @@ __device__ __forceinline__ void load_channels_masked(const T* p, int valid, floa
     load16_masked<T, kVec>(p, valid, v);
   }
 }
-
-// Problem-derived values computed once on the host.
-struct BwdFilterGrid {
-  int64_t kw_tiles;        // ceil(KW / kTM)
-  int64_t tiles;           // ceil(KH / kRows) * kw_tiles
-  int tiles_per_block;     // min(16, tiles)
-  int lanes;               // 16 / tiles_per_block: rows of a chunk walked side by side
-  int64_t rows_per_image;  // Ho + kRows - 1
-  int64_t rows;            // N * rows_per_image
-  int64_t rows_per_split;  // rows of one chunk (blockIdx.z)
-  bool atomic;             // merge by atomicAdd into slice 0, else store into slice z
-};
 
 // Output columns [ow_begin, ow_end) of one input row into acc[r][t] (filter row
 // kh0 + r, tap kw0 + t): dy_rows[r] is the dy row that meets it through filter row

@@ -1,15 +1,14 @@
 // What the direct CUDA kernels of the three passes share: the channel group a
-// thread owns, the grid, and (common/direct_index.h, shared with the CPU loops) the
-// range of filter taps that land inside the input. The direct
+// thread owns, the grid (common/direct_grid.h), and (common/direct_index.h, shared
+// with the CPU loops) the range of filter taps that land inside the input. The direct
 // kernels handle every stride, padding and dilation; the tiled kernels take over the
 // shapes they implement faster.
 #pragma once
 
-#include <algorithm>
-#include <climits>
 #include <cstdint>
 
 #include "common/cuda_types.cuh"
+#include "common/direct_grid.h"
 #include "common/direct_index.h"
 #include "common/launch.cuh"
 #include "common/params.h"
@@ -24,7 +23,6 @@ namespace flashdwc {
 // else 1. With one scalar channel a thread, as first written, the bf16 stride-2 input
 // gradient of MobileNetV2's 112x112x96 layer took 8x XLA's time on the H200
 // (docs/performance.md, real-model layers).
-inline constexpr int kDirectThreadsPerBlock = 128;
 
 template <typename T, int kWidth>
 struct DirectChannels {
@@ -43,21 +41,5 @@ struct DirectChannels {
     }
   }
 };
-
-// The direct kernels' grid: x over an image row's (column, channel group) slots, y
-// over the N * rows image rows (a grid-stride loop past 65535). False where a row has
-// more slots than the kernels' 32-bit column index holds.
-inline bool direct_grid_2d(int64_t rows, int64_t slots, dim3& grid) {
-  if (slots > INT32_MAX - 65535LL * kDirectThreadsPerBlock) return false;
-  grid = dim3(unsigned(std::clamp<int64_t>((slots + kDirectThreadsPerBlock - 1) / kDirectThreadsPerBlock, 1, 65535)),
-              unsigned(std::clamp<int64_t>(rows, 1, 65535)));
-  return true;
-}
-
-// Whether a thread takes 16-byte channel groups (else one channel).
-template <typename T>
-inline bool direct_vectorized(const DwConvParams& p, const void* a, const void* b, const void* c) {
-  return p.channels % Vec16<T>::kWidth == 0 && aligned(a, 16) && aligned(b, 16) && aligned(c, 16);
-}
 
 }  // namespace flashdwc

@@ -22,6 +22,7 @@
 #include "common/cp_async.cuh"
 #include "common/cuda_types.cuh"
 #include "common/epilogue.h"
+#include "fwd/gemv_grid.h"
 #include "common/params.h"
 
 namespace flashdwc {
@@ -34,18 +35,6 @@ struct GemvFwdTraits {
   static constexpr int kBlockChannels = kChannelGroups * kChannelsPerThread;  // 128 bytes: 32 or 64
   static constexpr int kSegments = kThreads / kChannelGroups;                 // 16 width segments
   static constexpr int kRowsPerWarp = 32 / kChannelGroups;                    // 4
-};
-
-// Problem-derived values computed once on the host.
-struct GemvFwdGrid {
-  // Width segments of kTM outputs per output row: ceil(Wo / kTM).
-  int64_t segments_per_row;
-  // N * Ho output rows.
-  int64_t rows;
-  // Segments numbered in whole groups of kRowsPerWarp rows: ceil(rows / 4) * 4 * segments_per_row.
-  int64_t segments;
-  // Filter rows per shared-memory stage (see kGemvStageBytes in fwd/launch.cu).
-  int64_t rows_per_stage;
 };
 
 // Filter rows [kh_begin, kh_end) (all KW taps, kBlockChannels channels each) into

@@ -1,9 +1,9 @@
-// The forward pass on the GPU: the row-stream, GEMV and direct kernels' grids and
-// template instances, and run_dwconv_fwd, which runs the kernel plan_fwd picks (the
-// register-filter and tensor-core ones through fwd/regfilter.cu and fwd/mma.cu).
+// The forward pass on the GPU: the row-stream, GEMV, stride-2 and direct kernels'
+// template instances, and run_dwconv_fwd, which launches the plan of
+// plan_fwd_launch (plan/fwd_launch.h) (the register-filter and tensor-core kernels
+// through fwd/regfilter.cu and fwd/mma.cu).
 #include "fwd/launch.h"
 
-#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -20,149 +20,99 @@
 namespace flashdwc {
 namespace {
 
-// Outputs per thread along the width in the GEMV kernel, and the register cap
-// (through the minimum resident blocks per SM). fp32 stride 1: the paper's TM = 8,
-// capped at 128 registers (4 blocks of 128 threads per SM; uncapped, ptxas takes
-// 143-168 and only 3 fit). Stride 2 needs a window of 2*TM - 1 columns: TM = 8
-// took 202-255 registers and spilled kilobytes when capped, TM = 4 fits in 128.
-// fp16/bf16 threads hold 8 channels, twice fp32's 4, so half the TM keeps the
-// accumulators and the window the same size.
+// The register cap of the GEMV kernel, through the minimum resident blocks per SM.
+// fp32 stride 1 at the paper's TM = 8: capped at 128 registers (4 blocks of 128
+// threads per SM; uncapped, ptxas takes 143-168 and only 3 fit). Stride 2 needs a
+// window of 2*TM - 1 columns: TM = 8 took 202-255 registers and spilled kilobytes when
+// capped, TM = 4 fits in 128 (plan/fwd_launch.h, fwd_gemv_tm). fp16/bf16 threads hold
+// 8 channels, twice fp32's 4, so half the TM keeps the accumulators and the window the
+// same size.
 template <typename T, int kStride>
 struct GemvConfig {
-  static constexpr int kTM = (kStride == 1 ? 8 : 4) * 4 / GemvFwdTraits<T>::kChannelsPerThread;
+  static constexpr int kTM = fwd_gemv_tm(int64_t(sizeof(T)), kStride);
   static constexpr int kMinBlocksPerSM = 4;
 };
-// Filter bytes per pipeline stage: whole filters up to 11x11 (fp32) in one stage,
-// four 31-wide rows per stage, while two stages stay small next to L1.
-constexpr int64_t kGemvStageBytes = 16 * 1024;
 
 template <typename T>
-cudaError_t launch_fwd_direct(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
-                              const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
-  const bool vec = direct_vectorized<T>(p, x, w, y);
-  const int64_t width = vec ? Vec16<T>::kWidth : 1;
-  dim3 grid;
-  if (!direct_grid_2d(p.batch * p.out_h, p.out_w * (p.channels / width), grid)) return cudaErrorInvalidValue;
-  if (vec) {
-    dwconv_fwd_direct_kernel<T, Vec16<T>::kWidth>
-        <<<grid, kDirectThreadsPerBlock, 0, stream>>>(x, w, y, p, epilogue, prologue);
+cudaError_t launch_fwd_direct(const DwConvParams& p, const FwdLaunchPlan& plan, const T* x, const T* w, T* y,
+                              cudaStream_t stream, const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
+  if (plan.status == LaunchStatus::kInvalid) return cudaErrorInvalidValue;
+  const dim3 grid = to_dim3(plan.launch.grid), block = to_dim3(plan.launch.block);
+  if (plan.vec) {
+    dwconv_fwd_direct_kernel<T, Vec16<T>::kWidth><<<grid, block, 0, stream>>>(x, w, y, p, epilogue, prologue);
   } else {
-    dwconv_fwd_direct_kernel<T, 1><<<grid, kDirectThreadsPerBlock, 0, stream>>>(x, w, y, p, epilogue, prologue);
+    dwconv_fwd_direct_kernel<T, 1><<<grid, block, 0, stream>>>(x, w, y, p, epilogue, prologue);
   }
   return cudaGetLastError();
 }
 
 template <typename T, int kStride, bool kVec, bool kPrologue>
-cudaError_t launch_fwd_gemv(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
-                            const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
-  using Tr = GemvFwdTraits<T>;
+cudaError_t launch_fwd_gemv(const DwConvParams& p, const FwdLaunchPlan& plan, const T* x, const T* w, T* y,
+                            cudaStream_t stream, const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
   constexpr int kTM = GemvConfig<T, kStride>::kTM;
-  GemvFwdGrid grid;
-  grid.segments_per_row = (p.out_w + kTM - 1) / kTM;
-  grid.rows = p.batch * p.out_h;
-  grid.segments = (grid.rows + Tr::kRowsPerWarp - 1) / Tr::kRowsPerWarp * Tr::kRowsPerWarp * grid.segments_per_row;
-  const int64_t row_bytes = p.kernel_w * Tr::kBlockChannels * int64_t(sizeof(T));
-  grid.rows_per_stage = std::clamp<int64_t>(kGemvStageBytes / row_bytes, 1, p.kernel_h);
-  const dim3 blocks(unsigned((grid.segments + Tr::kSegments - 1) / Tr::kSegments),
-                    unsigned((p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels));
-  const size_t smem = 2 * size_t(grid.rows_per_stage * row_bytes);
   // The prologue's scale and shift take 2 x 4 (fp32) or 2 x 8 (half) more registers
   // per thread: under the 128-register cap they spilled 64-752 bytes (ptxas), so
   // those kernels run 3 blocks per SM (up to 168 registers) instead.
   constexpr int kMinBlocks = kPrologue ? 3 : GemvConfig<T, kStride>::kMinBlocksPerSM;
   auto kernel = dwconv_fwd_gemv_kernel<T, kTM, kStride, kVec, kPrologue, kMinBlocks>;
-  if (cudaError_t err = allow_dynamic_smem(kernel, size_t(smem)); err != cudaSuccess) return err;
-  kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, w, y, p, grid, epilogue, prologue);
+  const size_t smem = size_t(plan.launch.smem_bytes);
+  if (cudaError_t err = allow_dynamic_smem(kernel, smem); err != cudaSuccess) return err;
+  kernel<<<to_dim3(plan.launch.grid), to_dim3(plan.launch.block), smem, stream>>>(x, w, y, p, plan.gemv, epilogue,
+                                                                                   prologue);
   return cudaGetLastError();
 }
 
 template <typename T, int kStride>
-cudaError_t launch_fwd_gemv_stride(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
-                                   const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
-  const bool vec = p.channels % GemvFwdTraits<T>::kChannelsPerThread == 0 && aligned(x, 16) && aligned(w, 16) &&
-                   aligned(y, 16);
+cudaError_t launch_fwd_gemv_stride(const DwConvParams& p, const FwdLaunchPlan& plan, const T* x, const T* w, T* y,
+                                   cudaStream_t stream, const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
   // The prologue is a template flag: the kernels without it compile as before.
   if (prologue.active()) {
-    return vec ? launch_fwd_gemv<T, kStride, true, true>(p, x, w, y, stream, epilogue, prologue)
-               : launch_fwd_gemv<T, kStride, false, true>(p, x, w, y, stream, epilogue, prologue);
+    return plan.vec ? launch_fwd_gemv<T, kStride, true, true>(p, plan, x, w, y, stream, epilogue, prologue)
+                    : launch_fwd_gemv<T, kStride, false, true>(p, plan, x, w, y, stream, epilogue, prologue);
   }
-  return vec ? launch_fwd_gemv<T, kStride, true, false>(p, x, w, y, stream, epilogue, prologue)
-             : launch_fwd_gemv<T, kStride, false, false>(p, x, w, y, stream, epilogue, prologue);
+  return plan.vec ? launch_fwd_gemv<T, kStride, true, false>(p, plan, x, w, y, stream, epilogue, prologue)
+                  : launch_fwd_gemv<T, kStride, false, false>(p, plan, x, w, y, stream, epilogue, prologue);
 }
 
-// Row-stream kernel sizes. Outputs per thread: 4 (64-column strips), or where the
-// output is at most 32 wide, so that narrow images do not leave half of every strip
-// idle, two images a strip at 4 (fp16/bf16 over at least two images; fwd/rowstream.cuh)
-// or one image at 2 (fp32, whose 32-wide maps ran as fast as its 64-wide ones per
-// output at k = 3 on the H200: 0.355 and 0.356 ms; and single images).
-// Blocks: enough for several waves on an H200 (132 SMs, up to 4 resident blocks of 128
-// threads each), in runs of at least 16 output rows so that the KH - 1 halo rows a
-// block reads twice stay a small fraction. Filters at most 3 rows tall (2 halo rows)
-// take twice the blocks: at k = 3, 4096 took 0.97-0.98 of 2048's time on 128^4 (16
-// rows a block against 32) and 0.99-1.005 on the other paper maps, in all three
-// dtypes; at k = 5 and 7 (4 and 6 halo rows) it read 0.97-1.02, above 1.01 at two
-// points, so deeper filters keep 2048 (docs/design-notes.md).
-constexpr int64_t kRowStreamTargetBlocks = 2048;
-constexpr int64_t kRowStreamTargetBlocksShallow = 4096;
-constexpr int64_t kRowStreamShallowKernelH = 3;
-constexpr int64_t kRowStreamMinRows = 16;
-
 template <typename T, int kTM, int kKW, bool kPrologue, int kImages>
-cudaError_t launch_fwd_rowstream(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
-                                 const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
-  using Tr = RowStreamTraits<T, kTM>;
-  RowStreamGrid grid;
-  constexpr int64_t kSubWidth = Tr::kStripWidth / kImages;
-  const int64_t image_groups = (p.batch + kImages - 1) / kImages;
-  grid.strips = (p.out_w + kSubWidth - 1) / kSubWidth;
-  grid.channel_blocks = (p.channels + Tr::kBlockChannels - 1) / Tr::kBlockChannels;
-  const int64_t base = std::max<int64_t>(image_groups * grid.strips * grid.channel_blocks, 1);
-  const int64_t target =
-      p.kernel_h <= kRowStreamShallowKernelH ? kRowStreamTargetBlocksShallow : kRowStreamTargetBlocks;
-  const int64_t row_blocks = std::clamp<int64_t>((target + base - 1) / base, 1, p.out_h);
-  grid.rows_per_block = std::max((p.out_h + row_blocks - 1) / row_blocks, std::min(p.out_h, kRowStreamMinRows));
-  grid.row_blocks = (p.out_h + grid.rows_per_block - 1) / grid.rows_per_block;
-  grid.ring_rows = int(p.kernel_h) + Tr::kPrefetchRows;
-  const size_t smem = size_t(rowstream_smem_bytes<T, kTM, kImages>(p.kernel_h, kKW));
+cudaError_t launch_fwd_rowstream(const DwConvParams& p, const FwdLaunchPlan& plan, const T* x, const T* w, T* y,
+                                 cudaStream_t stream, const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
   auto kernel = dwconv_fwd_rowstream_kernel<T, kTM, kKW, kPrologue, kImages>;
-  if (cudaError_t err = allow_dynamic_smem(kernel, size_t(smem)); err != cudaSuccess) return err;
-  const unsigned blocks = unsigned(image_groups * grid.strips * grid.row_blocks * grid.channel_blocks);
-  kernel<<<blocks, Tr::kThreads, smem, stream>>>(x, w, y, p, grid, epilogue, prologue);
+  const size_t smem = size_t(plan.launch.smem_bytes);
+  if (cudaError_t err = allow_dynamic_smem(kernel, smem); err != cudaSuccess) return err;
+  kernel<<<to_dim3(plan.launch.grid), to_dim3(plan.launch.block), smem, stream>>>(x, w, y, p, plan.rowstream,
+                                                                                   epilogue, prologue);
   return cudaGetLastError();
 }
 
 template <typename T, int kTM, bool kPrologue, int kImages = 1>
-cudaError_t launch_fwd_rowstream_width(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
-                                       const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
+cudaError_t launch_fwd_rowstream_width(const DwConvParams& p, const FwdLaunchPlan& plan, const T* x, const T* w,
+                                       T* y, cudaStream_t stream, const FwdEpilogue& epilogue,
+                                       const FwdPrologue& prologue) {
   switch (p.kernel_w) {
-    case 3: return launch_fwd_rowstream<T, kTM, 3, kPrologue, kImages>(p, x, w, y, stream, epilogue, prologue);
-    case 5: return launch_fwd_rowstream<T, kTM, 5, kPrologue, kImages>(p, x, w, y, stream, epilogue, prologue);
-    default: return launch_fwd_rowstream<T, kTM, 7, kPrologue, kImages>(p, x, w, y, stream, epilogue, prologue);
+    case 3: return launch_fwd_rowstream<T, kTM, 3, kPrologue, kImages>(p, plan, x, w, y, stream, epilogue, prologue);
+    case 5: return launch_fwd_rowstream<T, kTM, 5, kPrologue, kImages>(p, plan, x, w, y, stream, epilogue, prologue);
+    default: return launch_fwd_rowstream<T, kTM, 7, kPrologue, kImages>(p, plan, x, w, y, stream, epilogue, prologue);
   }
 }
 
 // The prologue is a template flag: the kernels without it compile as before.
 template <typename T>
-cudaError_t launch_fwd_rowstream_any(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
-                                     const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
-  const bool narrow = p.out_w <= kFwdRowStreamNarrowWidth;
+cudaError_t launch_fwd_rowstream_any(const DwConvParams& p, const FwdLaunchPlan& plan, const T* x, const T* w, T* y,
+                                     cudaStream_t stream, const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
   if constexpr (!std::is_same_v<T, float>) {
-    // Two images a strip only where two blocks still fit on an SM: their rings are
-    // twice as wide as the one-image kTM = 2 ones (k = 7: 100 KB a block at KH = 7,
-    // 2 an SM; 123 KB at KH = 9, which would leave one block of 4 warps).
-    const DeviceLimits d = device_limits();
-    const int64_t two_image_bytes = rowstream_smem_bytes<T, 4, 2>(p.kernel_h, p.kernel_w);
-    if (narrow && p.batch >= 2 && 2 * (two_image_bytes + d.smem_reserved_per_block) <= d.smem_per_sm) {
-      return prologue.active() ? launch_fwd_rowstream_width<T, 4, true, 2>(p, x, w, y, stream, epilogue, prologue)
-                               : launch_fwd_rowstream_width<T, 4, false, 2>(p, x, w, y, stream, epilogue, prologue);
+    if (plan.images == 2) {
+      return prologue.active()
+                 ? launch_fwd_rowstream_width<T, 4, true, 2>(p, plan, x, w, y, stream, epilogue, prologue)
+                 : launch_fwd_rowstream_width<T, 4, false, 2>(p, plan, x, w, y, stream, epilogue, prologue);
     }
   }
   if (prologue.active()) {
-    return narrow ? launch_fwd_rowstream_width<T, 2, true>(p, x, w, y, stream, epilogue, prologue)
-                  : launch_fwd_rowstream_width<T, 4, true>(p, x, w, y, stream, epilogue, prologue);
+    return plan.tm == 2 ? launch_fwd_rowstream_width<T, 2, true>(p, plan, x, w, y, stream, epilogue, prologue)
+                        : launch_fwd_rowstream_width<T, 4, true>(p, plan, x, w, y, stream, epilogue, prologue);
   }
-  return narrow ? launch_fwd_rowstream_width<T, 2, false>(p, x, w, y, stream, epilogue, prologue)
-                : launch_fwd_rowstream_width<T, 4, false>(p, x, w, y, stream, epilogue, prologue);
+  return plan.tm == 2 ? launch_fwd_rowstream_width<T, 2, false>(p, plan, x, w, y, stream, epilogue, prologue)
+                      : launch_fwd_rowstream_width<T, 4, false>(p, plan, x, w, y, stream, epilogue, prologue);
 }
 
 // The stride-2 kernel's register cap, through its resident blocks an SM (128 threads
@@ -178,75 +128,87 @@ struct Stride2Config {
 };
 
 template <typename T, int kK, bool kEpilogue>
-cudaError_t launch_fwd_stride2(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
-                               const FwdEpilogue& epilogue) {
+cudaError_t launch_fwd_stride2(const DwConvParams& p, const FwdLaunchPlan& plan, const T* x, const T* w, T* y,
+                               cudaStream_t stream, const FwdEpilogue& epilogue) {
   using Cfg = Stride2Config<T, kK, kEpilogue>;
-  const FwdStride2Grid g =
-      make_fwd_stride2_grid(p, Cfg::kWidth, fwd_stride2_rows_per_thread(p, Cfg::kWidth, device_limits().sms));
-  if (p.batch <= 0 || g.slots <= 0) return cudaSuccess;
-  const dim3 grid(unsigned((g.slots + kFwdStride2Threads - 1) / kFwdStride2Threads),
-                  unsigned(std::min<int64_t>(p.batch, 65535)));
+  if (plan.status == LaunchStatus::kNothing) return cudaSuccess;
   dwconv_fwd_stride2_kernel<T, kK, Cfg::kWidth, kEpilogue, Cfg::kMinBlocks>
-      <<<grid, kFwdStride2Threads, 0, stream>>>(x, w, y, p, g, epilogue);
+      <<<to_dim3(plan.launch.grid), to_dim3(plan.launch.block), 0, stream>>>(x, w, y, p, plan.stride2, epilogue);
   return cudaGetLastError();
 }
 
 // The epilogue is a template flag: the kernels without it carry none of its code.
 template <typename T, int kK>
-cudaError_t launch_fwd_stride2_any(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
-                                   const FwdEpilogue& epilogue) {
-  return epilogue.active() ? launch_fwd_stride2<T, kK, true>(p, x, w, y, stream, epilogue)
-                           : launch_fwd_stride2<T, kK, false>(p, x, w, y, stream, epilogue);
+cudaError_t launch_fwd_stride2_any(const DwConvParams& p, const FwdLaunchPlan& plan, const T* x, const T* w, T* y,
+                                   cudaStream_t stream, const FwdEpilogue& epilogue) {
+  return epilogue.active() ? launch_fwd_stride2<T, kK, true>(p, plan, x, w, y, stream, epilogue)
+                           : launch_fwd_stride2<T, kK, false>(p, plan, x, w, y, stream, epilogue);
 }
 
-// Whether the buffers (and the bias) are aligned to the stride-2 kernel's vectors.
-template <typename T>
-bool stride2_aligned(const DwConvParams& p, const T* x, const T* w, const T* y, const void* bias) {
-  const size_t bytes = size_t(fwd_stride2_width(p.kernel_w, !std::is_same_v<T, float>)) * sizeof(T);
-  return aligned(x, bytes) && aligned(w, bytes) && aligned(y, bytes) && (bias == nullptr || aligned(bias, bytes));
-}
-
-// The sizes the plan's checks read (plan/fwd.h).
+// The sizes the plan reads (plan/fwd.h, plan/fwd_launch.h, fwd/rowstream_grid.h).
 static_assert(GemvConfig<__half, 1>::kTM == kFwdGemvHalfTmStride1 && GemvConfig<__half, 2>::kTM == kFwdGemvHalfTmStride2);
+static_assert(GemvConfig<float, 1>::kTM == 8 && GemvConfig<float, 2>::kTM == 4);
 static_assert(GemvFwdTraits<float>::kBlockChannels == kFwdGemvF32BlockChannels &&
               GemvFwdTraits<float>::kSegments == kFwdGemvSegments &&
               GemvFwdTraits<float>::kRowsPerWarp == kFwdGemvRowsPerWarp);
+static_assert(GemvFwdTraits<__half>::kSegments == kFwdGemvSegments &&
+              GemvFwdTraits<__half>::kRowsPerWarp == kFwdGemvRowsPerWarp);
+static_assert(GemvFwdTraits<float>::kThreads == kFwdGemvThreads && GemvFwdTraits<__half>::kThreads == kFwdGemvThreads);
+static_assert(GemvFwdTraits<float>::kChannelsPerThread == fwd_gemv_channels_per_thread(4) &&
+              GemvFwdTraits<__half>::kChannelsPerThread == fwd_gemv_channels_per_thread(2) &&
+              GemvFwdTraits<__half>::kBlockChannels == fwd_gemv_block_channels(2) &&
+              GemvFwdTraits<float>::kBlockChannels == fwd_gemv_block_channels(4));
 static_assert(RowStreamTraits<__half, 4>::kBlockChannels == kFwdRowStreamHalfBlockChannels);
+template <typename T, int kTM>
+constexpr bool rowstream_sizes_match() {
+  using Tr = RowStreamTraits<T, kTM>;
+  return Tr::kThreads == kFwdRowStreamThreads && Tr::kBlockChannels == fwd_rowstream_block_channels(sizeof(T)) &&
+         Tr::kStripWidth == fwd_rowstream_strip_width(kTM) && Tr::kPrefetchRows == kFwdRowStreamPrefetchRows;
+}
+static_assert(rowstream_sizes_match<float, 2>() && rowstream_sizes_match<float, 4>() &&
+              rowstream_sizes_match<__half, 2>() && rowstream_sizes_match<__half, 4>() &&
+              rowstream_sizes_match<__nv_bfloat16, 2>() && rowstream_sizes_match<__nv_bfloat16, 4>());
 
 }  // namespace
 
 template <typename T>
-cudaError_t run_dwconv_fwd(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
-                           const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
-  const DeviceLimits device = device_limits();
-  FwdKernel kernel = plan_fwd(p, !std::is_same_v<T, float>, device);
+cudaError_t launch_fwd(const DwConvParams& p, const FwdLaunchPlan& plan, const T* x, const T* w, T* y,
+                       cudaStream_t stream, const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
   if constexpr (!std::is_same_v<T, float>) {
-    if (kernel == FwdKernel::kRegFilter) {
-      if (!prologue.active() && fwd_regfilter_aligned(x, w, y, epilogue.bias)) {
-        return launch_fwd_regfilter(p, x, w, y, stream, epilogue);
-      }
-      kernel = plan_fwd_without_regfilter(p, true, device);
-    }
-    if (kernel == FwdKernel::kMma) return launch_fwd_mma(p, x, w, y, stream, epilogue, prologue);
+    if (plan.kernel == FwdKernel::kRegFilter) return launch_fwd_regfilter(p, plan, x, w, y, stream, epilogue);
+    if (plan.kernel == FwdKernel::kMma) return launch_fwd_mma(p, plan, x, w, y, stream, epilogue, prologue);
   }
-  if (kernel == FwdKernel::kDirect) return launch_fwd_direct(p, x, w, y, stream, epilogue, prologue);
-  // The stride-2 kernel has no prologue; those calls, and unaligned buffers, take the
-  // GEMV kernel below (stride_w 2).
-  if (kernel == FwdKernel::kStride2 && !prologue.active() && stride2_aligned(p, x, w, y, epilogue.bias)) {
-    return p.kernel_w == 3 ? launch_fwd_stride2_any<T, 3>(p, x, w, y, stream, epilogue)
-                           : launch_fwd_stride2_any<T, 5>(p, x, w, y, stream, epilogue);
+  switch (plan.kernel) {
+    case FwdKernel::kDirect: return launch_fwd_direct(p, plan, x, w, y, stream, epilogue, prologue);
+    case FwdKernel::kStride2:
+      return p.kernel_w == 3 ? launch_fwd_stride2_any<T, 3>(p, plan, x, w, y, stream, epilogue)
+                             : launch_fwd_stride2_any<T, 5>(p, plan, x, w, y, stream, epilogue);
+    case FwdKernel::kRowStream: return launch_fwd_rowstream_any(p, plan, x, w, y, stream, epilogue, prologue);
+    case FwdKernel::kGemv:
+      return p.stride_w == 1 ? launch_fwd_gemv_stride<T, 1>(p, plan, x, w, y, stream, epilogue, prologue)
+                             : launch_fwd_gemv_stride<T, 2>(p, plan, x, w, y, stream, epilogue, prologue);
+    default: return cudaErrorInvalidValue;  // the tensor-core and register-filter kernels take fp16/bf16 only
   }
-  if (kernel == FwdKernel::kRowStream) {
-    if (aligned(x, 16) && aligned(w, 16) && aligned(y, 16)) {
-      return launch_fwd_rowstream_any(p, x, w, y, stream, epilogue, prologue);
-    }
-  }
-  return p.stride_w == 1 ? launch_fwd_gemv_stride<T, 1>(p, x, w, y, stream, epilogue, prologue)
-                         : launch_fwd_gemv_stride<T, 2>(p, x, w, y, stream, epilogue, prologue);
 }
 
-#define FLASHDWC_INSTANTIATE_CUDA(T)                                                               \
-  template cudaError_t run_dwconv_fwd<T>(const DwConvParams&, const T*, const T*, T*, cudaStream_t, \
+template <typename T>
+cudaError_t run_dwconv_fwd(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
+                           const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
+  FwdCall call;
+  call.half_precision = !std::is_same_v<T, float>;
+  call.epilogue = epilogue.active();
+  call.prologue = prologue.active();
+  call.x_align = address_alignment(x);
+  call.w_align = address_alignment(w);
+  call.y_align = address_alignment(y);
+  call.bias_align = address_alignment(epilogue.bias);
+  return launch_fwd(p, plan_fwd_launch(p, call, device_limits()), x, w, y, stream, epilogue, prologue);
+}
+
+#define FLASHDWC_INSTANTIATE_CUDA(T)                                                                          \
+  template cudaError_t launch_fwd<T>(const DwConvParams&, const FwdLaunchPlan&, const T*, const T*, T*,        \
+                                     cudaStream_t, const FwdEpilogue&, const FwdPrologue&);                    \
+  template cudaError_t run_dwconv_fwd<T>(const DwConvParams&, const T*, const T*, T*, cudaStream_t,            \
                                          const FwdEpilogue&, const FwdPrologue&);
 
 FLASHDWC_INSTANTIATE_CUDA(float)

@@ -1,11 +1,13 @@
-// The forward pass on the GPU: runs the kernel plan_fwd (plan/fwd.h) picks. Enqueues
-// on `stream` and returns the launch status; never synchronizes the host.
+// The forward pass on the GPU: runs the kernel plan_fwd (plan/fwd.h) picks, as
+// plan_fwd_launch (plan/fwd_launch.h) lays it out. Enqueues on `stream` and returns
+// the launch status; never synchronizes the host.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include "common/epilogue.h"
 #include "common/params.h"
+#include "plan/fwd_launch.h"
 
 namespace flashdwc {
 
@@ -13,5 +15,11 @@ namespace flashdwc {
 template <typename T>
 cudaError_t run_dwconv_fwd(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
                            const FwdEpilogue& epilogue = {}, const FwdPrologue& prologue = {});
+
+// The same with the plan given: plan_fwd_launch's for p and a call of these buffers,
+// epilogue and prologue.
+template <typename T>
+cudaError_t launch_fwd(const DwConvParams& p, const FwdLaunchPlan& plan, const T* x, const T* w, T* y,
+                       cudaStream_t stream, const FwdEpilogue& epilogue = {}, const FwdPrologue& prologue = {});
 
 }  // namespace flashdwc

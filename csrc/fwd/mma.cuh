@@ -34,7 +34,7 @@
 // down the image, one after the other. Filter rows are processed in chunks of
 // 8 (9 for a 9-row filter with several tiles a block, below, and for taller
 // filters where 9-row chunks take fewer stages; 4 where 8-row ones would leave a
-// block alone on its SM: fwd/mma.cu, choose_mma_fwd_grid); each chunk's
+// block alone on its SM: plan/fwd_mma_grid.cc, choose_mma_fwd_grid); each chunk's
 // input rows (chunk + 7 halo rows) and filter rows are staged into
 // shared memory, input rows in a ring (tile_rows slots) so that rows shared by
 // consecutive chunks, and by consecutive tiles of a block, are loaded once:
@@ -79,7 +79,7 @@
 // two). The ring's resident rows are an exact interval that a chunk extends down or
 // up, and the output tile takes the slots of the 8 rows after it, whose old rows the
 // next tile does not read. Measured on the H200: 0.96-0.985 of the one-tile time
-// where the L2 holds the blocks' windows (fwd/mma.cu, chunked_multi_tile_grid).
+// where the L2 holds the blocks' windows (plan/fwd_mma_grid.cc, chunked_multi_tile_grid).
 //
 // Narrow maps. Where the output is at most 64 (32) columns wide, a strip holds 2
 // (4) images side by side at the same output rows: segments 0-7 and 8-15 (or
@@ -719,7 +719,7 @@ dwconv_fwd_mma_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, 
   const uint16_t* w = reinterpret_cast<const uint16_t*>(w_ptr);
   uint16_t* y = reinterpret_cast<uint16_t*>(y_ptr);
 
-  // The grid's last row of y may run past the spatial blocks (launch in fwd/mma.cu).
+  // The grid's last row of y may run past the spatial blocks (plan_fwd_mma_launch, plan/fwd_launch.cc).
   if (BlockTile::spatial_block() >= g.spatial_blocks) return;
   BlockState* state = reinterpret_cast<BlockState*>(smem_raw + g.meta_offset);
   if (threadIdx.x == 0) {

@@ -22,7 +22,7 @@ struct MmaFwdTraits {
   static constexpr int kChunk = 8;                                // filter rows per shared-memory stage
   static constexpr int kRingRows = kChunk + kRows - 1;            // input rows one chunk reads
   // Filter rows a stage holds for taller filters with one tile a block, where that
-  // takes fewer stages than 8 (fwd/mma.cu, with_nine_row_chunks), and the most steps
+  // takes fewer stages than 8 (plan/fwd_mma_grid.cc, with_nine_row_chunks), and the most steps
   // one mma_chunk call takes: a longer chunk runs as calls of at most 9.
   static constexpr int kTallChunk = 9;
   // Several tiles a block: the ring holds all KH + 7 rows of a tile and the stage all

@@ -24,7 +24,7 @@
 // the rest the 8 tiles a block and the output store; the kernel is bound by its
 // bookkeeping instructions more than by the loads. On maps 64 wide and narrower (2
 // or 4 images a strip) it was 1.00-1.06 of the other kernel's time, so the launcher
-// uses it with one image a strip only (fwd/mma.cu, stream_grid).
+// uses it with one image a strip only (plan/fwd_mma_grid.cc, stream_grid).
 #pragma once
 
 #include <cstdint>

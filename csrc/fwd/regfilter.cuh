@@ -55,6 +55,7 @@
 #include "common/cp_async.cuh"
 #include "common/epilogue.h"
 #include "common/params.h"
+#include "fwd/regfilter_grid.h"
 
 namespace flashdwc {
 
@@ -65,15 +66,6 @@ struct RegFilterTraits {
   // measured the same as 6: the kernel is issue-bound, not waiting on memory.
   static constexpr int kRowsAhead = 3;
   static constexpr int kRingSlots = kRowsAhead + 1;
-};
-
-// Problem-derived values computed once on the host (launch_fwd_regfilter).
-struct RegFilterGrid {
-  int64_t pairs;           // C / 2: channel pairs of a pixel
-  int64_t lane_pairs;      // pairs rounded up to 32: the fastest part of a thread's index
-  int64_t strips;          // ceil(out_w / kTW)
-  int64_t columns;         // batch * strips * lane_pairs: threads of one row block
-  int64_t rows_per_block;  // output rows of a row block (blockIdx.y)
 };
 
 namespace regfilter {

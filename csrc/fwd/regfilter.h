@@ -9,6 +9,7 @@
 
 #include "common/epilogue.h"
 #include "common/params.h"
+#include "plan/fwd_launch.h"
 
 namespace flashdwc {
 
@@ -23,5 +24,11 @@ bool fwd_regfilter_aligned(const void* x, const void* w, const void* y, const vo
 template <typename T>
 cudaError_t launch_fwd_regfilter(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
                                  const FwdEpilogue& epilogue = {});
+
+// The same with the plan given (plan_fwd_launch or plan_fwd_regfilter_launch,
+// kRegFilter), whose checks it does not repeat.
+template <typename T>
+cudaError_t launch_fwd_regfilter(const DwConvParams& p, const FwdLaunchPlan& plan, const T* x, const T* w, T* y,
+                                 cudaStream_t stream, const FwdEpilogue& epilogue);
 
 }  // namespace flashdwc

@@ -43,6 +43,7 @@
 #include "common/static_for.cuh"
 #include "common/epilogue.h"
 #include "common/params.h"
+#include "fwd/rowstream_grid.h"
 
 namespace flashdwc {
 
@@ -60,29 +61,6 @@ struct RowStreamTraits {
   // the narrow strips are limited by integer instructions, not bytes in flight.
   static constexpr int kPrefetchRows = 2;
 };
-
-// Problem-derived values computed once on the host.
-struct RowStreamGrid {
-  // Output-column strips per image: ceil(Wo / kStripWidth).
-  int64_t strips;
-  // Output rows per block (the last block of an image may have fewer).
-  int64_t rows_per_block;
-  // Blocks per image and strip: ceil(Ho / rows_per_block).
-  int64_t row_blocks;
-  // Ring slots: KH + kPrefetchRows.
-  int ring_rows;
-  // ceil(C / kBlockChannels); the fastest-varying part of blockIdx.x.
-  int64_t channel_blocks;
-};
-
-// Bytes of dynamic shared memory: the ring of input rows, then the filter slice
-// (always fp32, see the kernel).
-template <typename T, int kTM, int kImages>
-constexpr int64_t rowstream_smem_bytes(int64_t kernel_h, int64_t kernel_w) {
-  using Tr = RowStreamTraits<T, kTM>;
-  const int64_t row_bytes = (Tr::kStripWidth + kImages * (kernel_w - 1)) * Tr::kBlockChannels * int64_t(sizeof(T));
-  return (kernel_h + Tr::kPrefetchRows) * row_bytes + kernel_h * kernel_w * Tr::kBlockChannels * int64_t(sizeof(float));
-}
 
 // The filter slice in shared memory is fp32 for every storage type, laid out
 // (tap, quarter, channel group, 4): each thread's 16-byte channel group is split

@@ -37,11 +37,9 @@
 
 namespace flashdwc {
 
-inline constexpr int kFwdStride2Threads = 128;
-
 // One block of threads over an image's slots (channel group fastest, then the output
 // column, then the run of output rows), blockIdx.y over images. The launcher
-// (fwd/launch.cu) guarantees: stride 2, dilation 1, a K x K filter, C a multiple of
+// (plan/fwd_launch.cc) guarantees: stride 2, dilation 1, a K x K filter, C a multiple of
 // kWidth, buffers (and the bias) aligned to kWidth elements, g.slots and every row
 // and column index within int.
 template <typename T, int kK, int kWidth, bool kEpilogue, int kMinBlocks>

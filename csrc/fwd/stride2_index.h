@@ -28,6 +28,9 @@ constexpr int64_t fwd_stride2_width(int64_t kernel, bool half_precision) {
   return kernel == 3 ? (half_precision ? 8 : 4) : (half_precision ? 4 : 2);
 }
 
+// Threads a block.
+inline constexpr int kFwdStride2Threads = 128;
+
 // The kernel's grid: blockIdx.y over images (a grid-stride loop past 65535), x over
 // an image's slots, channel group fastest, then the output column, then the run of
 // rows_per_thread output rows.
