@@ -429,3 +429,57 @@ def test_regfilter_lane_layout_model():
   spec.loader.exec_module(model)
   assert model.check(160, 10) == [] and model.check(56, 8) == []
   assert model.main() == 0
+
+
+def _launch(plan):
+  return plan["kernel"], plan["grid"], plan["block"], plan["smem_bytes"]
+
+
+# Launch configurations of named registry layers on an H100 with aligned buffers (the
+# plan's plan_*_launch): kernel, grid, block and dynamic shared memory bytes, as the
+# launchers computed them before the plan took them over, so that a change of any
+# launch shows here.
+FWD_LAUNCHES = {
+    ("mobilenet_v2/112x112x96_s2", True): ("stride2", (37, 64, 1), (128, 1, 1), 0),
+    ("mobilenet_v2/112x112x96_s2", False): ("stride2", (42, 64, 1), (128, 1, 1), 0),
+    ("convnext_t/stage_56x56x96", True): ("mma", (6, 224, 1), (256, 1, 1), 75424),
+    ("convnext_t/stage_56x56x96", False): ("rowstream", (768, 1, 1), (128, 1, 1), 86912),
+    ("van_b0/mlp_3x3_56x56x256", True): ("regfilter", (448, 3, 1), (128, 1, 1), 0),
+    ("van_b0/mlp_3x3_56x56x256", False): ("rowstream", (2048, 1, 1), (128, 1, 1), 43392),
+    ("van_b0/lka_7x7_d3_56x56x32", True): ("direct", (2, 3584, 1), (128, 1, 1), 0),
+    ("replknet_31b/31x31_56x56x128", True): ("mma", (8, 112, 1), (256, 1, 1), 104608),
+    ("replknet_31b/31x31_56x56x128", False): ("gemv", (784, 4, 1), (128, 1, 1), 31744),
+    ("convmixer_1536_20/9x9_32x32x1536", True): ("mma", (96, 16, 1), (256, 1, 1), 95904),
+    ("convmixer_1536_20/9x9_32x32x1536", False): ("gemv", (512, 48, 1), (128, 1, 1), 20736),
+}
+BWD_DATA_LAUNCHES = {
+    "mobilenet_v2/112x112x96_s2": ("phase", (38, 64, 1), (128, 1, 1), 0),
+    "convnext_t/stage_56x56x96": ("forward:mma", (6, 224, 1), (256, 1, 1), 75424),
+}
+# (name, half precision, deterministic). The row-stream and small-filter grids are set
+# at launch from the kernels' occupancy, so the plan says (1, 1, 1) there.
+BWD_FILTER_LAUNCHES = {
+    ("replknet_31b/31x31_56x56x128", False, False): ("gemv", (8, 4, 32), (128, 1, 1), 28672),
+    ("replknet_31b/31x31_56x56x128", False, True): ("gemv", (8, 4, 64), (128, 1, 1), 28672),
+    ("replknet_31b/31x31_56x56x128", True, False): ("mma", (2, 16, 48), (128, 1, 1), 34320),
+    ("convnext_t/stage_56x56x96", True, False): ("mma", (1, 12, 163), (128, 1, 1), 25104),
+    ("convnext_t/stage_56x56x96", False, False): ("rowstream", (1, 1, 1), (128, 1, 1), 105216),
+    ("convnext_t/stage_56x56x96", False, True): ("split", (1, 3, 598), (128, 1, 1), 0),
+    ("mobilenet_v2/112x112x96_s2", True, False): ("small", (1, 1, 1), (128, 1, 1), 39936),
+    ("convmixer_1536_20/9x9_32x32x1536", False, False): ("split", (1, 48, 43), (128, 1, 1), 0),
+    ("van_b0/lka_7x7_d3_56x56x32", False, False): ("direct", (49, 1, 1), (32, 8, 1), 0),
+}
+
+
+def test_launch_plans_of_registry_layers():
+  cases = {m.case.name: m.case for m in MODEL_LAYERS}
+  for (name, half), want in FWD_LAUNCHES.items():
+    got = _native.plan_fwd_launch(problem(cases[name]), half_precision=half, device=H100)
+    assert _launch(got) == want, (name, half, got)
+  for name, want in BWD_DATA_LAUNCHES.items():
+    got = _native.plan_bwd_data_launch(problem(cases[name]), half_precision=True, device=H100)
+    assert _launch(got) == want, (name, got)
+  for (name, half, deterministic), want in BWD_FILTER_LAUNCHES.items():
+    got = _native.plan_bwd_filter_launch(problem(cases[name]), half_precision=half, deterministic=deterministic,
+                                         device=H100)
+    assert _launch(got) == want, (name, half, deterministic, got)

@@ -18,8 +18,11 @@
 #include "ffi/dwconv_ffi.h"
 #include "ffi/conv1d_ffi.h"
 #include "plan/bwd_data.h"
+#include "plan/bwd_data_launch.h"
 #include "plan/bwd_filter.h"
+#include "plan/bwd_filter_launch.h"
 #include "plan/fwd.h"
+#include "plan/fwd_launch.h"
 #include "plan/thresholds.h"
 
 namespace nb = nanobind;
@@ -59,6 +62,51 @@ flashdwc::DeviceLimits limits_from(const nb::object& device) {
   const nb::dict d = nb::cast<nb::dict>(device);
   auto get = [&](const char* key) { return d.contains(key) ? nb::cast<int64_t>(d[key]) : int64_t(0); };
   return {get("sms"), get("smem_per_block"), get("smem_per_sm"), get("smem_reserved_per_block"), get("l2_bytes")};
+}
+
+// A launch configuration as a dict: grid and block (x, y, z) and the dynamic shared
+// memory bytes.
+nb::dict launch_dict(const flashdwc::LaunchConfig& c) {
+  nb::dict d;
+  d["grid"] = nb::make_tuple(c.grid.x, c.grid.y, c.grid.z);
+  d["block"] = nb::make_tuple(c.block.x, c.block.y, c.block.z);
+  d["smem_bytes"] = c.smem_bytes;
+  return d;
+}
+
+const char* status_name(flashdwc::LaunchStatus s) {
+  switch (s) {
+    case flashdwc::LaunchStatus::kLaunch: return "launch";
+    case flashdwc::LaunchStatus::kNothing: return "nothing";
+    case flashdwc::LaunchStatus::kInvalid: return "invalid";
+  }
+  return "invalid";
+}
+
+// The forward's launch plan as a dict: the kernel, its launch, and the tiling
+// integers its launcher reads.
+nb::dict fwd_launch_dict(const flashdwc::FwdLaunchPlan& plan) {
+  nb::dict d = launch_dict(plan.launch);
+  d["kernel"] = flashdwc::fwd_kernel_name(plan.kernel);
+  d["status"] = status_name(plan.status);
+  d["vec"] = plan.vec;
+  d["tm"] = plan.tm;
+  d["images"] = plan.images;
+  switch (plan.kernel) {
+    case flashdwc::FwdKernel::kGemv: d["rows_per_stage"] = plan.gemv.rows_per_stage; break;
+    case flashdwc::FwdKernel::kRowStream: d["rows_per_block"] = plan.rowstream.rows_per_block; break;
+    case flashdwc::FwdKernel::kStride2: d["rows_per_thread"] = plan.stride2.rows_per_thread; break;
+    case flashdwc::FwdKernel::kRegFilter: d["rows_per_block"] = plan.regfilter.rows_per_block; break;
+    case flashdwc::FwdKernel::kMma:
+      d["split"] = plan.mma.split;
+      d["tiles_per_block"] = plan.mma.tiles_per_block;
+      d["filter_copies"] = plan.mma.filter_copies;
+      d["filter_rows"] = plan.mma.filter_rows;
+      d["raw_rows"] = plan.mma.raw_rows;
+      break;
+    case flashdwc::FwdKernel::kDirect: break;
+  }
+  return d;
 }
 
 }  // namespace
@@ -127,6 +175,67 @@ NB_MODULE(_jax_flashdwc, m) {
       },
       nb::arg("problem"), nb::arg("half_precision") = false,
       "(channels per thread, taps per thread, filter rows per thread) of the filter-gradient split kernel.");
+  m.def(
+      "plan_fwd_launch",
+      [](nb::dict problem, bool half_precision, bool epilogue, bool prologue, nb::object device) {
+        flashdwc::FwdCall call;
+        call.half_precision = half_precision;
+        call.epilogue = epilogue;
+        call.prologue = prologue;
+        return fwd_launch_dict(flashdwc::plan_fwd_launch(params_from(problem), call, limits_from(device)));
+      },
+      nb::arg("problem"), nb::arg("half_precision") = false, nb::arg("epilogue") = false,
+      nb::arg("prologue") = false, nb::arg("device") = nb::none(),
+      "The forward's launch for a problem with aligned buffers: kernel, status, grid, block, smem_bytes and the "
+      "kernel's tiling.");
+  m.def(
+      "plan_bwd_data_launch",
+      [](nb::dict problem, bool half_precision, nb::object device) {
+        flashdwc::BwdDataCall call;
+        call.half_precision = half_precision;
+        const flashdwc::DwConvParams p = params_from(problem);
+        const flashdwc::BwdDataLaunchPlan plan = flashdwc::plan_bwd_data_launch(p, call, limits_from(device));
+        if (plan.kernel == flashdwc::BwdDataKernel::kForward) {
+          nb::dict d = fwd_launch_dict(plan.forward);
+          d["kernel"] = std::string("forward:") + flashdwc::fwd_kernel_name(plan.forward.kernel);
+          return d;
+        }
+        nb::dict d = launch_dict(plan.launch);
+        d["kernel"] = plan.kernel == flashdwc::BwdDataKernel::kPhase ? "phase" : "gather";
+        d["status"] = status_name(plan.status);
+        d["vec"] = plan.vec;
+        if (plan.kernel == flashdwc::BwdDataKernel::kPhase) d["rows_per_thread"] = plan.phase.rows_per_thread;
+        return d;
+      },
+      nb::arg("problem"), nb::arg("half_precision") = false, nb::arg("device") = nb::none(),
+      "The input gradient's launch for a problem with aligned buffers.");
+  m.def(
+      "plan_bwd_filter_launch",
+      [](nb::dict problem, bool half_precision, bool deterministic, nb::object device) {
+        flashdwc::BwdFilterCall call;
+        call.half_precision = half_precision;
+        call.deterministic = deterministic;
+        const flashdwc::BwdFilterLaunchPlan plan =
+            flashdwc::plan_bwd_filter_launch(params_from(problem), call, limits_from(device));
+        nb::dict d = launch_dict(plan.launch);
+        d["kernel"] = flashdwc::bwd_filter_kernel_name(plan.kernel);
+        d["vec"] = plan.vec;
+        d["slices"] = plan.slices;
+        d["finalize_grid"] = nb::make_tuple(plan.finalize.grid.x, plan.finalize.grid.y, plan.finalize.grid.z);
+        switch (plan.kernel) {
+          case flashdwc::BwdFilterKernel::kSplit: d["rows_per_split"] = plan.split.rows_per_split; break;
+          case flashdwc::BwdFilterKernel::kGemv: d["images_per_chunk"] = plan.gemv.images_per_chunk; break;
+          case flashdwc::BwdFilterKernel::kMma: d["rows_per_split"] = plan.mma.rows_per_split; break;
+          case flashdwc::BwdFilterKernel::kRowStream: d["strip"] = plan.strip; break;
+          case flashdwc::BwdFilterKernel::kSmall: d["steps_per_run"] = plan.small.steps_per_run; break;
+          case flashdwc::BwdFilterKernel::kDirect: break;
+        }
+        return d;
+      },
+      nb::arg("problem"), nb::arg("half_precision") = false, nb::arg("deterministic") = false,
+      nb::arg("device") = nb::none(),
+      "The filter gradient's launch for a problem with aligned buffers; the row-stream and small-filter grids are "
+      "set at launch from the kernels' occupancy, so their grid here is (1, 1, 1).");
   m.def(
       "plan_thresholds",
       []() {
