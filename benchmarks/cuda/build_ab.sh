@@ -69,13 +69,14 @@ for i in "${!versions[@]}"; do
     case "$harness" in
       # A version laid out by pass (csrc/plan/), or one from before (csrc/dwconv/).
       fwd) if [ -d "$src/csrc/plan" ]; then
-             files=(benchmarks/cuda/time_fwd.cu csrc/fwd/launch.cu csrc/fwd/mma.cu csrc/fwd/regfilter.cu csrc/plan/fwd.cc)
+             files=(benchmarks/cuda/time_fwd.cu csrc/fwd/launch.cu csrc/fwd/mma.cu csrc/fwd/regfilter.cu
+                    $(cd "$src" && ls csrc/plan/*.cc))
            else
              files=(benchmarks/cuda/time_fwd.cu csrc/dwconv/dwconv_cuda.cu csrc/dwconv/fwd_mma.cu
                     $(cd "$src" && ls csrc/dwconv/fwd_regfilter.cu 2>/dev/null || true))
            fi ;;
       bwd_filter) if [ -d "$src/csrc/plan" ]; then
-                    files=(benchmarks/cuda/time_bwd_filter.cu $(cd "$src" && ls csrc/bwd_filter/*.cu) csrc/plan/bwd_filter.cc)
+                    files=(benchmarks/cuda/time_bwd_filter.cu $(cd "$src" && ls csrc/bwd_filter/*.cu csrc/plan/*.cc))
                   else
                     files=(benchmarks/cuda/time_bwd_filter.cu $(cd "$src" && ls csrc/dwconv/bwd_filter_cuda*.cu))
                   fi ;;

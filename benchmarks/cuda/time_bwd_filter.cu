@@ -4,7 +4,7 @@
 // a fixed 512 MiB, so that one harness builds against any version of the launcher.
 // Build (from the repository root) and run:
 //   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc \
-//        benchmarks/cuda/time_bwd_filter.cu csrc/bwd_filter/*.cu csrc/plan/bwd_filter.cc -o time_bwd_filter
+//        benchmarks/cuda/time_bwd_filter.cu csrc/bwd_filter/*.cu csrc/plan/*.cc -o time_bwd_filter
 //   ./time_bwd_filter <tag>
 // or, against the objects of an installed build (no second compile of the kernels):
 //   nvcc ... benchmarks/cuda/time_bwd_filter.cu build/*/CMakeFiles/_jax_flashdwc.dir/csrc/{fwd,bwd_data,bwd_filter,plan}/*.o

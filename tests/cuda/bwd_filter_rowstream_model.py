@@ -1,8 +1,9 @@
 """A line-by-line model of the row-stream filter-gradient kernel's indexing
-(csrc/bwd_filter/rowstream.cuh and its launch in bwd_filter/launch.cuh), in
-numpy, checked against a direct sum. Each ring slot carries the row it holds and
-each copy the commit group it belongs to, so a read of a slot that a later copy
-overwrote, or of a row whose group the wait did not cover, fails here.
+(csrc/bwd_filter/rowstream.cuh and its launch in plan/bwd_filter_launch.cc and
+bwd_filter/launch.cuh), in numpy, checked against a direct sum. Each ring slot
+carries the row it holds and each copy the commit group it belongs to, so a read of
+a slot that a later copy overwrote, or of a row whose group the wait did not cover,
+fails here.
 
   python tests/cuda/bwd_filter_rowstream_model.py
 """

@@ -2,7 +2,7 @@
 // atomic and deterministic (sliced) modes, fp16 and bf16.
 // Build (from the repository root):
 //   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc \
-//        tests/cuda/check_bwd_filter_mma.cu csrc/bwd_filter/mma.cu csrc/plan/bwd_filter.cc -o check_bwd_filter_mma
+//        tests/cuda/check_bwd_filter_mma.cu csrc/bwd_filter/mma.cu csrc/plan/*.cc -o check_bwd_filter_mma
 // Run: ./check_bwd_filter_mma
 #include <cstdint>
 #include <cstdio>

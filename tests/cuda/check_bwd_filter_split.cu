@@ -7,7 +7,7 @@
 // and a small tile count (several lanes per tile).
 // Build (from the repository root):
 //   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc \
-//        tests/cuda/check_bwd_filter_split.cu csrc/bwd_filter/*.cu csrc/plan/bwd_filter.cc -o check_bwd_filter_split
+//        tests/cuda/check_bwd_filter_split.cu csrc/bwd_filter/*.cu csrc/plan/*.cc -o check_bwd_filter_split
 // Run: ./check_bwd_filter_split
 #include <algorithm>
 #include <cstdint>

@@ -1,7 +1,7 @@
 // Standalone GPU check of launch_fwd_mma against a CPU fp32 reference.
 // Build (from the repository root):
 //   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc \
-//        tests/cuda/check_fwd_mma.cu csrc/fwd/mma.cu csrc/plan/fwd.cc -o check_fwd_mma
+//        tests/cuda/check_fwd_mma.cu csrc/fwd/mma.cu csrc/plan/*.cc -o check_fwd_mma
 // Run: ./check_fwd_mma   (--big adds a > 2^31-element sampled case; --time times
 // the kernel on the benchmark's bf16 points, median of 20 calls after warm-up)
 // Every shape runs once with the launcher's choice of output tiles per block and

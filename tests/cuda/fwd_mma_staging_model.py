@@ -20,7 +20,7 @@ def ceil_div(a, b):
 
 
 def make_grid(kernel_w, split):
-  """The x tile row of make_mma_fwd_grid (fwd/mma.cu)."""
+  """The x tile row of make_mma_fwd_grid (fwd/mma_layout.h)."""
   frags = max(1, ceil_div(kernel_w - 1, 8))
   sub_cols = 8 * frags + 128 // split
   return dict(tile_cols=split * sub_cols, sub_pairs=sub_cols // 2)

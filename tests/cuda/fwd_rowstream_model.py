@@ -1,5 +1,5 @@
 """A model of the row-stream forward kernel's indexing (csrc/fwd/rowstream.cuh
-and its launch in fwd/launch.cu), in numpy: the grid decode, each thread's copies
+and its launch plan in plan/fwd_launch.cc), in numpy: the grid decode, each thread's copies
 into the ring of input rows, and each thread's reads and stores, for one and two
 images a strip. Checked against a direct sum; every output starts as NaN and must be
 written exactly once, and every ring slot read must hold the row the read expects.
