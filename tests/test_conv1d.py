@@ -189,7 +189,7 @@ GRAD_CASES = [
     (2, 21, 9, 4, "CAUSAL", 1, 1, "silu", True, True),
     (3, 2, 5, 4, "CAUSAL", 1, 1, None, False, True),  # L < K - 1: the state reaches past x
     (2, 24, 7, 5, "SAME", 1, 1, "silu", True, False),
-    # Longer than the backward kernels' 128-position chunks (32 positions a warp): halos across them.
+    # Longer than the backward kernels' 128-position blocks: halos across blocks.
     (2, 300, 16, 4, "CAUSAL", 1, 1, "silu", True, True),
     (1, 260, 24, 3, "SAME", 1, 1, "gelu", True, False),
     (2, 270, 8, 6, "CAUSAL", 1, 2, "silu", True, True),

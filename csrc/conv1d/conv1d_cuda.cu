@@ -18,8 +18,8 @@ using namespace conv1d_cuda;
 // registers, 13% of peak warps active and 14% of DRAM bandwidth (184 us, where an
 // XLA fusion moving the same bytes takes 35 us), and the backward with 128-position
 // runs at 251 registers, 9% warps active, 14% of DRAM (300 us): too few threads, each
-// holding too many registers. The constants below trade per-thread lookahead for
-// resident threads.
+// holding too many registers. The forward's constants trade per-thread lookahead for
+// resident threads; the backward's do not (below).
 //
 // Forward: 16-position runs of 4 channels (8 bytes bf16/fp16, 16 fp32), 4 loads ahead.
 // 16k tokens x 1536 channels then give 393k threads (the H100 holds 270k; 132 SMs x
@@ -31,17 +31,16 @@ using namespace conv1d_cuda;
 constexpr int64_t kFwdRun = 16;
 constexpr int kFwdAhead = 4;
 constexpr int kFwdChannels = 4;
-// Backward: 2 channels a thread (4 bytes bf16/fp16, 8 fp32), 3 loads ahead (x and dy
-// each), and each 128-position chunk of the partial filter gradients walked by the 4
-// warps of one block, 32 positions each (3 halo inputs: 9% more loads), summed in
-// shared memory before the chunk's one slot is written: 16x the threads (bf16) with
-// no more partials for XLA to sum. ptxas fits the window instances in 96 registers
-// without spills at 5 blocks an SM (bf16 K = 4: 94, against 251 at 8 channels; 4
-// channels need 159 registers at 3 blocks an SM; 2 channels spill at 6 blocks an SM,
-// and at 5 with 4 loads ahead, which fit 111 registers at 4 blocks an SM).
-constexpr int kBwdAhead = 3;
-constexpr int kBwdChannels = 2;
-constexpr int kBwdWarps = 4;
+// Backward: 16 bytes of channels a thread (8 bf16/fp16, 4 fp32), 128-position runs
+// (Conv1dParams::chunk), U = 4 positions of x and dy loaded ahead. ptxas (sm_90) gives
+// the bf16 K = 4 window kernel 251 registers at U = 4 and 217 at U = 2: two 128-thread
+// blocks an SM either way, so U = 4 keeps twice the loads in flight for the same
+// occupancy. The forward's trade (more, lighter threads) measured slower here where
+// the problem is large: 2 channels a thread, each chunk split over 4 warps, 3 ahead
+// (94 registers, 5 blocks an SM) was 8-15% faster at 16k-64k tokens x 1536 channels
+// and 9-10% slower at 32k-64k tokens x 5120 (H100, bf16, K = 4; docs/design-notes.md).
+constexpr int kBwdAhead = 4;
+constexpr int kBwdChannels = 8;
 constexpr int kThreads = 128;
 
 // Channels a thread owns: `channels`, at most 16 bytes of them.
@@ -93,27 +92,20 @@ template <typename T, int V>
 cudaError_t bwd_with(const Conv1dParams& p, const T* x, const T* w, const T* bias, const int32_t* seg,
                      const T* state, const T* dy, T* dx, T* dstate, float* dw_part, float* db_part,
                      cudaStream_t stream) {
+  int threads;
+  cudaError_t err;
+  const dim3 grid = grid_for(p, V, p.chunks_per_row(), &threads, &err);
+  if (err != cudaSuccess) return err;
   const bool window = p.dilation == 1 && p.kernel_size >= 2 && p.kernel_size <= 4;
-  if (!window) {
-    int threads;
-    cudaError_t err;
-    const dim3 grid = grid_for(p, V, p.chunks_per_row(), &threads, &err);
-    if (err != cudaSuccess) return err;
-    conv1d_bwd_generic<T, V><<<grid, threads, 0, stream>>>(x, w, bias, seg, state, dy, dx, dstate, dw_part,
-                                                           db_part, p);
-    return cudaGetLastError();
-  }
-  // Window kernels: blocks of (32 channel groups, kBwdWarps sub-runs of one chunk).
-  const int64_t blocks = (p.channels + 32 * V - 1) / (32 * V) * p.chunks_per_row() * p.batch;
-  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-  const dim3 grid{unsigned(blocks)}, block{32, kBwdWarps};
 #define FLASHDWC_BWD_ARGS x, w, bias, seg, state, dy, dx, dstate, dw_part, db_part, p
-  if (p.kernel_size == 2) {
-    conv1d_bwd_window<T, V, 2, kBwdAhead, kBwdWarps><<<grid, block, 0, stream>>>(FLASHDWC_BWD_ARGS);
-  } else if (p.kernel_size == 3) {
-    conv1d_bwd_window<T, V, 3, kBwdAhead, kBwdWarps><<<grid, block, 0, stream>>>(FLASHDWC_BWD_ARGS);
+  if (window && p.kernel_size == 2) {
+    conv1d_bwd_window<T, V, 2, kBwdAhead><<<grid, threads, 0, stream>>>(FLASHDWC_BWD_ARGS);
+  } else if (window && p.kernel_size == 3) {
+    conv1d_bwd_window<T, V, 3, kBwdAhead><<<grid, threads, 0, stream>>>(FLASHDWC_BWD_ARGS);
+  } else if (window && p.kernel_size == 4) {
+    conv1d_bwd_window<T, V, 4, kBwdAhead><<<grid, threads, 0, stream>>>(FLASHDWC_BWD_ARGS);
   } else {
-    conv1d_bwd_window<T, V, 4, kBwdAhead, kBwdWarps><<<grid, block, 0, stream>>>(FLASHDWC_BWD_ARGS);
+    conv1d_bwd_generic<T, V><<<grid, threads, 0, stream>>>(FLASHDWC_BWD_ARGS);
   }
 #undef FLASHDWC_BWD_ARGS
   return cudaGetLastError();
