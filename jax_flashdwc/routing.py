@@ -73,13 +73,16 @@ class XlaRule:
 XLA_RULES: tuple[XlaRule, ...] = (
     XlaRule(("dw",), lambda p: p.half and p.small_square and p.symmetric_padding and p.dilation == (1, 1)
             and (p.kh == 5 or p.h * p.w <= 28 * 28)
-            and not (p.kh == 3 and p.strides == (1, 1) and (p.c >= 1024 or p.h * p.w * p.c >= 28 * 28 * 512)),
+            and not (p.kh == 3 and p.strides == (1, 1)
+                     and (p.h * p.w * p.c >= 28 * 28 * 512 or (p.c >= 640 and p.n * p.h * p.w * p.c >= 6 * 2**20))),
             "filter gradient (the small-filter kernel), symmetric padding, undilated: 5x5 ran 0.69-1.01x on all "
-            "17 such passes (RepLKNet's 7x7x1024 branch: 0.041 ms against 0.028), 3x3 on maps of 28x28 and "
-            "smaller 0.67-1.05x (MobileNetV2's 14x14x576 stride 2: 0.048 against 0.032). Left on ours: 3x3 on "
-            "56x56 and larger maps (1.12-1.75x: 112x112x16 0.048 against 0.085), 3x3 stride 1 on VAN-B0's wide "
-            "MLP maps (28x28x512 1.09x, 14x14x1280 1.26x, 7x7x2048 1.06x), TensorFlow's asymmetric SAME paddings, "
-            "where XLA pads first (1.20-2.72x), and dilated filters (on sub-grids, not routed: 5.8-173x)"),
+            "22 such passes (RepLKNet's 7x7x1024 branch: 0.041 ms against 0.028; EfficientNet-B3's 10x10x1392 "
+            "0.73x), 3x3 on maps of 28x28 and smaller 0.67-1.05x (MobileNetV2's 14x14x576 stride 2: 0.048 "
+            "against 0.032; EfficientNet-B3's 10x10x1392 at batch 32 0.79x). Left on ours: 3x3 on 56x56 and "
+            "larger maps (1.12-1.75x: 112x112x16 0.048 against 0.085), 3x3 stride 1 on wide maps (VAN-B0's "
+            "28x28x512 1.09x, 14x14x1280 1.26x, 7x7x2048 1.06x; MobileNetV3's 14x14x672 1.16x), TensorFlow's "
+            "asymmetric SAME paddings, where XLA pads first (1.20-2.72x), and dilated filters (on sub-grids, not "
+            "routed: 5.8-173x)"),
     XlaRule(("dw",), lambda p: p.half and p.small_square and p.c % 8 != 0,
             "filter gradient, 3x3 or 5x5, channels not a multiple of 8 (no 16-byte vectors): InceptionNeXt-T's "
             "56x56x12 ran 0.47x (0.085 ms against 0.040)"),
@@ -94,26 +97,19 @@ XLA_RULES: tuple[XlaRule, ...] = (
             "forward, stride 2, 5x5, symmetric padding (the stride-2 kernel): 0.86x on MobileNetV3's 56x56x72 "
             "(0.066 ms against 0.057); at 3x3 it runs 1.01-1.15x (112x112x96: 0.108 against 0.114) and "
             "stays on ours"),
-    XlaRule(("dx",), lambda p: p.half and p.kh == p.kw == 5 and p.strides != (1, 1),
-            "input gradient, stride 2, 5x5: the gather kernel ran 0.87-0.97x; the polyphase kernel that "
-            "now takes it is tested but not yet timed at 5x5 (at 3x3 it runs 2.0-2.9x XLA: MobileNetV2's "
-            "112x112x96 0.093 ms against 0.264, so 3x3 stays on ours)"),
     XlaRule(("fwd", "dx"), lambda p: p.half and p.kh == p.kw == 3 and p.strides == (1, 1) and p.dilation == (1, 1)
-            and p.c <= 80,
-            "forward and input gradient, 3x3, stride 1, 80 channels or fewer: 112x112x32 0.84-0.85x "
-            "(MobileNetV2, EfficientNet-B0), InceptionNeXt-T's 56x56x12 0.35-0.36x, 28x28x24 0.72-0.82x and "
-            "14x14x48 0.73-0.86x, UniRepLKNet-T's 56x56x80 0.93x (input gradient; its forward 1.01x); "
-            "InceptionNeXt-T's 7x7x96 (1.10-1.31x) and the 144-channel and wider layers (0.98-1.31x) stay on ours"),
+            and (p.c <= 80 or (p.h == p.w == 14 and p.c <= 256)),
+            "forward and input gradient, 3x3, stride 1, 80 channels or fewer, or 14x14 maps of at most 256: "
+            "112x112x32 0.84-0.85x (MobileNetV2, EfficientNet-B0), MobileNetV3's 112x112x16 0.52x and 56x56x72 "
+            "0.88-0.90x, InceptionNeXt-T's 56x56x12 0.35-0.36x, 28x28x24 0.72-0.82x and 14x14x48 0.73-0.86x, "
+            "UniRepLKNet-T's 56x56x80 0.93x (input gradient; its forward 1.01x), MobileNetV3's 14x14x200 "
+            "0.88-0.92x (0.023 ms against 0.021). On ours: InceptionNeXt-T's 7x7x96 (1.10-1.31x), 144 channels "
+            "and more on 28x28 and larger maps (0.98-1.30x), and 14x14 maps of 384-1280 channels (0.99-1.42x: "
+            "EfficientNet-B0's 14x14x480 0.022 ms against 0.032)"),
     XlaRule(("fwd", "dx"), lambda p: p.half and p.kw == 1 and p.kh > 1 and p.c % 8 != 0,
             "forward and input gradient of a tall band (KW = 1) on channels not a multiple of 8: InceptionNeXt-T's "
             "11x1 on 56x56x12 ran 0.91-0.94x; its 1x11 on the same map (1.42-1.46x) and the 11x1 bands on "
             "24-96 channels (1.26-1.53x) stay on ours"),
-    XlaRule(("fwd", "dx"), lambda p: p.half and p.small_square and p.strides == (1, 1) and p.dilation == (1, 1)
-            and p.h == p.w == 14 and 448 <= p.c <= 672 and p.n >= 64,
-            "forward and input gradient, 3x3 and 5x5, stride 1, 14x14 maps of 448-672 channels at batch 64: "
-            "EfficientNet-B0's 14x14x480 and 14x14x672 ran 0.81-0.91x. On ours: MobileNetV2's 14x14x384 "
-            "(0.99-1.31x), RepLKNet-31B's 5x5 branch on 14x14x512 at batch 32 (1.21-1.32x), VAN-B0's 14x14x1280 "
-            "(1.04-1.17x) and the 7x7 maps of 640-2048 channels (1.11-1.40x)"),
     XlaRule(("fwd", "dx"), lambda p: p.half and p.kh == p.kw == 5 and p.strides == (1, 1) and p.dilation == (1, 1)
             and ((p.h == 28 and p.c <= 64) or (p.pass_name == "dx" and p.h == 14 and p.c <= 160)),
             "5x5, stride 1, few channels on mid-sized maps: VAN-B0's LKA 5x5 on 28x28x64 ran 0.89x (forward and "
