@@ -27,11 +27,13 @@ _FLOAT64 = jnp.dtype(jnp.float64)
 # Whether problems without segment_ids and initial_state, which the 2-D kernels
 # also run (as H = 1), take the 1-D kernels instead where those apply (stride 1,
 # one output per input). Measured on an H100 80GB HBM3 (bf16, K = 4,
-# benchmarks/bench_conv1d.py, docs/conv1d.md): the 2-D path's forward and input
-# gradient take 0.56-0.74 and 0.62-0.68 of the 1-D kernels' time (16k-32k tokens,
-# C = 1536 and 5120), the 1-D filter gradient 0.55-1.01 of the 2-D one's; the 2-D
-# path is faster per pass except the filter gradient at C = 1536, so plain problems
-# stay on it. Set True to run them on the 1-D kernels.
+# benchmarks/bench_conv1d.py, docs/conv1d.md): the 1-D forward is at or ahead of the
+# 2-D path (0.94-1.00 of its time, 16k-32k tokens, C = 1536 and 5120) and the 1-D
+# filter gradient 0.58-0.59 of its time at C = 1536, but the 2-D input gradient takes
+# 0.62-0.68 of the 1-D backward's time, and forward + backward splits: 1-D ahead at
+# C = 1536 (0.76-0.82 of the 2-D time), behind at C = 5120 (1.17, with the former 1-D
+# forward). Plain problems stay on the 2-D path until one build is timed end to end
+# on both. Set True to run them on the 1-D kernels.
 PLAIN_ON_1D_KERNELS = False
 
 
