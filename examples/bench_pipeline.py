@@ -67,6 +67,8 @@ def main(argv=None):
   parser.add_argument("--images", type=int, default=2048, help="JPEGs written for the ImageFolder")
   parser.add_argument("--classes", type=int, default=100)
   parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
+  parser.add_argument("--read-threads", type=int, default=None,
+                      help="threads building batches in each process (data.train_dataset's default)")
   parser.add_argument("--prefetch", type=int, default=2)
   parser.add_argument("--warmup", type=int, default=5)
   parser.add_argument("--steps", type=int, default=30)
@@ -107,7 +109,8 @@ def main(argv=None):
     train_step = make_train_step(model, optimizer)
 
     pipeline = data.DeviceIterator(
-        data.train_dataset(source, image_size=args.image_size, batch_size=args.batch, workers=args.workers),
+        data.train_dataset(source, image_size=args.image_size, batch_size=args.batch, workers=args.workers,
+                           read_threads=args.read_threads),
         sharding, depth=args.prefetch)
     from_pipeline = ((b["image"], b["label"]) for b in pipeline)
     first = next(pipeline)
@@ -124,7 +127,8 @@ def main(argv=None):
     pipeline.close()
 
   row = {"model": args.model, "conv": args.conv, "batch": args.batch, "image_size": args.image_size,
-         "dtype": "bfloat16" if args.bf16 else "float32", "workers": args.workers, "steps": args.steps,
+         "dtype": "bfloat16" if args.bf16 else "float32", "workers": args.workers,
+         "read_threads": args.read_threads, "steps": args.steps,
          "resident_ms": f"{1e3 * t_resident:.2f}", "pipeline_ms": f"{1e3 * t_pipeline:.2f}",
          "slowdown": f"{t_pipeline / t_resident:.3f}", "images_per_s": f"{args.batch / t_pipeline:.0f}",
          "final_loss": f"{loss:.4f}", **provenance()}
