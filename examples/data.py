@@ -215,12 +215,12 @@ def train_dataset(source, *, image_size: int, batch_size: int, seed: int = 0, pr
   ds = ds.random_map(TrainTransform(image_size, crop_scale), seed=seed + 1)
   ds = ds.batch(batch_size, drop_remainder=True)
   # An element here is a whole batch (9.6 MB at 64 x 224 x 224 x 3). Grain's default
-  # read options (16 threads and 500 elements buffered a process) allow 14 worker
-  # processes 224 threads and up to 67 GB of buffered batches on a 16-core machine;
-  # with them the pipeline fed RepLKNet-31B (bf16, batch 64 at 224, H100) at 809 ms a
-  # step against 65 ms on device-resident data. Here each worker builds one batch at a
-  # time, two ahead: as many threads as workers, memory bounded (not yet timed on a
-  # GPU machine; docs/performance.md, Training steps).
+  # read options (16 threads and 500 elements buffered a process) let each worker run
+  # up to 500 batches ahead: with 2 workers and an idle consumer the process tree grew
+  # 1.3 GB every 10 s (9.1 GB after 60 s, 2-core machine), and with 14 workers the
+  # pipeline fed RepLKNet-31B (bf16, batch 64 at 224, H100) at 809 ms a step against
+  # 65 ms on device-resident data. One thread and two batches ahead a worker held the
+  # tree at 0.69 GB (not yet timed on a GPU machine; docs/performance.md).
   if read_threads is None:
     read_threads = 1 if workers > 0 else (os.cpu_count() or 1)
   ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=read_threads, prefetch_buffer_size=max(2, read_threads)))
