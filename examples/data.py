@@ -240,7 +240,9 @@ def eval_batches(source, *, image_size: int, batch_size: int, process_index: int
   longest = math.ceil(len(source) / process_count)
   num_batches = math.ceil(longest / batch_size)
   ds = shard.map(EvalTransform(image_size)).batch(batch_size)
-  ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=max(1, threads), prefetch_buffer_size=2 * batch_size))
+  # Elements are whole batches, as in train_dataset: two ahead a thread, not Grain's 500.
+  threads = max(1, threads)
+  ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=threads, prefetch_buffer_size=2 * threads))
   empty = {"image": np.zeros((batch_size, image_size, image_size, 3), np.uint8),
            "label": np.zeros((batch_size,), np.int32), "mask": np.zeros((batch_size,), bool)}
   count = 0
