@@ -30,10 +30,9 @@ struct PlanThresholds {
   // Forward, fp16/bf16 3x3 and 5x5: the register-filter kernel takes C not a multiple
   // of 64 where the padding lanes (pairs rounded up to 32) are at most this percentage
   // of the pairs: EfficientNet-B0's 480 and 672 channels (7% and 5%), 240 (7%), 160
-  // (20%); not 96, 144 or 200 (33%, 33%, 28%). Not yet timed: set from the registry,
-  // where the register-filter kernel ran its 3x3/5x5 layers at 0.89-1.40x XLA and the
-  // row-stream and tensor-core kernels it would displace ran EfficientNet-B0's 14x14
-  // layers at 0.81-0.91x (H100, bf16; docs/performance.md).
+  // (20%); not 96, 144 or 200 (33%, 33%, 28%). On the 13 registry layers this moved
+  // (H100, bf16) it took 0.63-0.98 of the replaced kernels' time (EfficientNet-B0's
+  // 14x14x672 5x5: 0.060 -> 0.038 ms) and ran 1.07-1.49x XLA (docs/design-notes.md).
   int64_t fwd_regfilter_max_idle_lanes_pct = 25;
   // Filter-gradient, fp16/bf16: tensor cores from 9 taps across, on any map. Kernel
   // A/B on the H200 (bf16, ms, split -> tensor cores): k = 9 on 64x32x32x1536 1.29 ->
