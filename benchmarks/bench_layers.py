@@ -46,7 +46,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 from shapes import MODEL_LAYERS  # noqa: E402
 
-from jax_flashdwc import _dilation, conv as conv_module, depthwise_conv2d, routing  # noqa: E402
+from jax_flashdwc import conv as conv_module, depthwise_conv2d  # noqa: E402
 from jax_flashdwc._geometry import make_geometry  # noqa: E402
 from jax_caches import use_caches  # noqa: E402
 from provenance import provenance  # noqa: E402
@@ -227,9 +227,7 @@ def reroute(path):
     x = jax.ShapeDtypeStruct(case.x_shape, dtype)
     geometry = make_geometry(x, jax.ShapeDtypeStruct(case.kernel_shape, dtype), case.strides, case.padding,
                              case.dilation)
-    # A dilated stride-1 problem runs on sub-grids, whose passes conv.py does not route.
-    subgrids = conv_module.SUBGRID_DILATION and _dilation.applies(geometry, prologue=False)
-    row["route"] = "flashdwc" if subgrids else routing.route(row["pass"], x, (case.kh, case.kw), geometry)
+    row["route"] = conv_module.route_under_none(row["pass"], x, (case.kh, case.kw), geometry)
     row["auto_speedup"] = "1.000" if row["route"] == "xla" else row["speedup"]
   with open(path, "w", newline="") as f:
     writer = csv.DictWriter(f, fieldnames=FIELDS)

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
-from . import _activations, _dilation, _ffi, ops
+from . import _activations, _dilation, _ffi, ops, routing
 from ._geometry import ConvGeometry, make_geometry
 from .reference import depthwise_conv2d_xla
 
@@ -34,6 +34,16 @@ _TALL_MAX_KERNEL_W = _ffi.plan_thresholds()["tall_filter_max_kernel_w"]
 # of on the direct kernels. Set to False to time the direct path
 # (benchmarks/bench_layers.py --dilation direct).
 SUBGRID_DILATION = True
+
+
+def route_under_none(pass_name: str, x, kernel_hw, geometry: ConvGeometry, platform: str = "cuda") -> str:
+  """What implementation=None runs for one pass of an unfused problem on `platform`:
+  "flashdwc" for a dilated stride-1 problem, whose sub-grid passes are not routed
+  (depthwise_conv2d below), else what routing.py's rule says. x is the forward's
+  input (an array or anything with shape and dtype)."""
+  if SUBGRID_DILATION and _dilation.applies(geometry, prologue=False):
+    return "flashdwc"
+  return routing.route(pass_name, x, kernel_hw, geometry, platform=platform)
 
 
 def _is_zero(t):

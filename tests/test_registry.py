@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jax_flashdwc import _dilation, conv as conv_module, depthwise_conv2d, routing
+from jax_flashdwc import conv as conv_module, depthwise_conv2d, routing
 from jax_flashdwc._geometry import make_geometry
 from numerics import all_passes, assert_close, fresh_seed, oracle, pair, uniform
 from shapes import MODEL_LAYERS, ConvCase
@@ -98,13 +98,9 @@ KNOWN_LOSSES = {("van_b0/lka_7x7_d3_7x7x256", "fwd"), ("van_b0/lka_7x7_d3_7x7x25
 
 
 def _route(pass_name, case, dtype):
-  """What implementation=None runs for a registry pass on the GPU: a dilated stride-1
-  problem runs on sub-grids, not routed (conv.py); anything else as routing.py says."""
-  geometry = _geometry(case, dtype)
-  if conv_module.SUBGRID_DILATION and _dilation.applies(geometry, prologue=False):
-    return "flashdwc"
-  return routing.route(pass_name, jax.ShapeDtypeStruct(case.x_shape, dtype), (case.kh, case.kw), geometry,
-                       platform="cuda")
+  """What implementation=None runs for a registry pass on the GPU."""
+  return conv_module.route_under_none(pass_name, jax.ShapeDtypeStruct(case.x_shape, dtype), (case.kh, case.kw),
+                                      _geometry(case, dtype))
 
 
 def test_routing_rule_agrees_with_the_layer_benchmark():
