@@ -35,6 +35,7 @@ def test_models_have_the_same_parameters_with_either_conv():
 
 
 def test_training_matches_flax_conv_over_a_short_run():
+  pytest.importorskip("grain")  # train.py's input pipeline (the "train" extra)
   train = _load("train").train
   # Data-parallel over the test session's host devices (tests/conftest.py), as train.py always is.
   kwargs = dict(model_name="convnext_micro", steps=40, batch=16, image_size=16, quiet=True, eval_images=0)
