@@ -1,7 +1,6 @@
 // The input gradient's launch plan (plan/bwd_data_launch.h).
 #include "plan/bwd_data_launch.h"
 
-#include <algorithm>
 #include <cstdint>
 
 #include "common/direct_grid.h"
@@ -33,9 +32,7 @@ BwdDataLaunchPlan plan_bwd_data_launch(const DwConvParams& p, const BwdDataCall&
       plan.status = LaunchStatus::kNothing;
       return plan;
     }
-    plan.launch.grid.x = (plan.phase.slots + kBwdDataPhaseThreads - 1) / kBwdDataPhaseThreads;
-    plan.launch.grid.y = std::min<int64_t>(p.batch, 65535);
-    plan.launch.block.x = kBwdDataPhaseThreads;
+    plan.launch = per_image_slots_launch(plan.phase.slots, p.batch, kBwdDataPhaseThreads);
     return plan;
   }
   plan.kernel = BwdDataKernel::kGather;

@@ -124,9 +124,7 @@ FwdLaunchPlan stride2_plan(const DwConvParams& p, const FwdCall& call, const Dev
     plan.status = LaunchStatus::kNothing;
     return plan;
   }
-  plan.launch.grid.x = (plan.stride2.slots + kFwdStride2Threads - 1) / kFwdStride2Threads;
-  plan.launch.grid.y = std::min<int64_t>(p.batch, 65535);
-  plan.launch.block.x = kFwdStride2Threads;
+  plan.launch = per_image_slots_launch(plan.stride2.slots, p.batch, kFwdStride2Threads);
   return plan;
 }
 

@@ -25,6 +25,17 @@ enum class LaunchStatus {
   kInvalid,
 };
 
+// One thread a slot in x and one image a block row in y (at most 65535 images; a
+// kernel walks the rest): the launch of the kernels whose grid covers one image's
+// slots, the stride-2 forward and the polyphase input gradient.
+inline LaunchConfig per_image_slots_launch(int64_t slots, int64_t batch, int64_t threads) {
+  LaunchConfig launch;
+  launch.grid.x = (slots + threads - 1) / threads;
+  launch.grid.y = batch < 65535 ? batch : 65535;
+  launch.block.x = threads;
+  return launch;
+}
+
 // The largest power of two, at most 16, that divides an address: what the launch
 // plans read for a buffer's alignment (aligned to b bytes, b <= 16 a power of two,
 // exactly when this is at least b). 16 for a null pointer.
