@@ -24,6 +24,11 @@ conv1d.png under --out.
   python benchmarks/bench_conv1d.py --out build/bench-conv1d            # every point
   python benchmarks/bench_conv1d.py --out build/b-k4 --kernel-sizes 4  # a third of them
   python benchmarks/bench_conv1d.py --out build/conv1d-smoke --smoke       # harness check on a CPU
+  python benchmarks/bench_conv1d.py --out build/c1d --resume --stop-after 400  # across capped calls
+
+The CSV is rewritten after every (shape, pass), so a run cut at a time limit keeps what
+it measured; --resume skips the (shape, pass) pairs the CSV under --out already holds
+for every requested implementation.
 """
 
 from __future__ import annotations
@@ -165,6 +170,31 @@ def plot(rows, path, copy_tbs):
   fig.savefig(path, dpi=120)
 
 
+FIELDS = ["tokens", "N", "L", "C", "K", "dtype", "mode", "impl", "ms", "tb_s", "frac_copy", "speedup_vs_xla",
+          "rel_err", "gpu", "driver", "jax_version", "commit", "date"]
+INT_FIELDS = ("tokens", "N", "L", "C", "K")
+FLOAT_FIELDS = ("ms", "tb_s", "frac_copy", "speedup_vs_xla", "rel_err")
+
+
+def read_rows(path):
+  """The rows of an earlier run's CSV, numbers as numbers; none if it does not exist."""
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    rows = list(csv.DictReader(f))
+  for row in rows:
+    row.update({k: int(row[k]) for k in INT_FIELDS})
+    row.update({k: float(row[k]) for k in FLOAT_FIELDS})
+  return rows
+
+
+def write_rows(path, rows):
+  with open(path, "w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=FIELDS)
+    writer.writeheader()
+    writer.writerows(rows)
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--out", required=True, help="directory for conv1d.csv and conv1d.png")
@@ -178,7 +208,11 @@ def main(argv=None):
   parser.add_argument("--channels", nargs="+", type=int, default=list(CHANNELS))
   parser.add_argument("--quick", action="store_true", help="K = 4 and C in (1536, 5120) only")
   parser.add_argument("--smoke", action="store_true", help="tiny shapes: checks the harness on a CPU")
+  parser.add_argument("--resume", action="store_true", help="keep and skip what --out's conv1d.csv holds")
+  parser.add_argument("--stop-after", type=float, default=None, metavar="SECONDS",
+                      help="start no new (shape, pass) after this many seconds")
   args = parser.parse_args(argv)
+  start = time.perf_counter()
   os.makedirs(args.out, exist_ok=True)
   dtype = jnp.dtype(args.dtype)
   prov = provenance()
@@ -189,11 +223,22 @@ def main(argv=None):
     channels = (1536, 5120) if args.quick else args.channels
     kernel_sizes = (4,) if args.quick else args.kernel_sizes
     points = [(nl, c, k) for nl in TOKEN_SHAPES for c in channels for k in kernel_sizes]
-  rows = []
+  path = os.path.join(args.out, "conv1d.csv")
+  rows = read_rows(path) if args.resume else []
+  have = {(r["tokens"], r["C"], r["K"], r["dtype"], r["mode"], r["impl"]) for r in rows}
+  out_of_time = lambda: args.stop_after is not None and time.perf_counter() - start > args.stop_after
   key = jax.random.key(0)
   for (n, length), c, k in points:
+    todo = [m for m in args.modes
+            if any((n * length, c, k, str(dtype), m, impl) not in have for impl in args.impls)]
+    if not todo or out_of_time():
+      continue
     data = make_inputs(key, n, length, c, k, dtype, args.copies)
-    for mode in args.modes:
+    for mode in todo:
+      if out_of_time():
+        break
+      rows = [r for r in rows if (r["tokens"], r["C"], r["K"], r["dtype"], r["mode"]) != (n * length, c, k,
+                                                                                          str(dtype), mode)]
       fns = {impl: repeated(pass_fn(mode, impl), impl) for impl in args.impls}
       # The first call (also a warm-up) gives the results checked against XLA's.
       first = {impl: jax.tree.leaves(jax.block_until_ready(fn(*data))[0]) for impl, fn in fns.items()}
@@ -212,20 +257,21 @@ def main(argv=None):
         print(f"{row['tokens']:>6} C={c:<5} K={k} {mode:<8} {row['impl']:<12} {row['ms']:8.3f} ms "
               f"{row['tb_s']:5.2f} TB/s {row['frac_copy']:5.2f} of copy  x{row['speedup_vs_xla']:.2f} vs XLA  "
               f"rel_err {row['rel_err']:.1e}", flush=True)
+      write_rows(path, rows)
   batch, channels = (4, 64) if args.smoke else (64, 5120)
-  seconds, moved = bench_update(dtype, 2 if args.smoke else 32, args.repeats, batch=batch, channels=channels)
-  print(f"update (decode one token, batch {batch} x {channels}, K = 4, {dtype}): {seconds * 1e6:.2f} us a call")
-  rows.append({"tokens": batch, "N": batch, "L": 1, "C": channels, "K": 4, "dtype": str(dtype),
-               "mode": "update", "impl": "flashdwc-1d", "ms": seconds * 1e3, "tb_s": moved / seconds / 1e12,
-               "frac_copy": moved / seconds / 1e12 / args.copy_tbs, "rel_err": 0.0, "speedup_vs_xla": float("nan"),
-               **prov})
-  path = os.path.join(args.out, "conv1d.csv")
-  fields = ["tokens", "N", "L", "C", "K", "dtype", "mode", "impl", "ms", "tb_s", "frac_copy", "speedup_vs_xla",
-            "rel_err", "gpu", "driver", "jax_version", "commit", "date"]
-  with open(path, "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=fields)
-    writer.writeheader()
-    writer.writerows(rows)
+  if not any(r["mode"] == "update" and r["dtype"] == str(dtype) for r in rows) and not out_of_time():
+    seconds, moved = bench_update(dtype, 2 if args.smoke else 32, args.repeats, batch=batch, channels=channels)
+    print(f"update (decode one token, batch {batch} x {channels}, K = 4, {dtype}): {seconds * 1e6:.2f} us a call")
+    rows.append({"tokens": batch, "N": batch, "L": 1, "C": channels, "K": 4, "dtype": str(dtype),
+                 "mode": "update", "impl": "flashdwc-1d", "ms": seconds * 1e3, "tb_s": moved / seconds / 1e12,
+                 "frac_copy": moved / seconds / 1e12 / args.copy_tbs, "rel_err": 0.0,
+                 "speedup_vs_xla": float("nan"), **prov})
+    write_rows(path, rows)
+  if out_of_time():
+    print(f"stopped after {time.perf_counter() - start:.0f} s: --resume goes on", flush=True)
+  if not any(r["mode"] in MODES for r in rows):
+    print("nothing measured yet", flush=True)
+    return
   plot([r for r in rows if r["mode"] in MODES], os.path.join(args.out, "conv1d.png"), args.copy_tbs)
   print(f"wrote {path} and conv1d.png ({prov['gpu']}, driver {prov['driver']}, jax {prov['jax_version']}, "
         f"commit {prov['commit']})")

@@ -624,3 +624,37 @@ def test_window_kernel_loop_model():
   model = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(model)
   model.main()
+
+
+def test_benchmark_keeps_and_resumes_its_csv(tmp_path, monkeypatch):
+  """benchmarks/bench_conv1d.py rewrites its CSV after every (shape, pass) and, with
+  --resume, measures only the pairs the CSV lacks (so runs cut at a time limit add up)."""
+  import csv
+  import importlib.util
+  import os
+
+  benchmarks = os.path.join(os.path.dirname(__file__), "..", "benchmarks")
+  monkeypatch.syspath_prepend(benchmarks)  # the script's own imports (provenance)
+  spec = importlib.util.spec_from_file_location("bench_conv1d", os.path.join(benchmarks, "bench_conv1d.py"))
+  bench = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(bench)
+  args = ["--out", str(tmp_path), "--smoke", "--modes", "fwd", "--impls", "flashdwc-1d", "xla"]
+  bench.main(args)
+  out = tmp_path / "conv1d.csv"
+  key = lambda r: (r["tokens"], r["C"], r["K"], r["mode"], r["impl"])
+  with open(out) as f:
+    first = list(csv.DictReader(f))
+  measured = [r for r in first if r["mode"] == "fwd"]
+  assert {r["impl"] for r in measured} == {"flashdwc-1d", "xla"} and len(measured) >= 4
+  dropped = {key(r) for r in measured[:2]}  # both implementations of the first shape
+  with open(out, "w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=list(first[0]))
+    writer.writeheader()
+    writer.writerows(r for r in first if key(r) not in dropped)
+  bench.main(args + ["--resume"])
+  with open(out) as f:
+    again = {key(r): r for r in csv.DictReader(f)}
+  assert set(again) == {key(r) for r in first}
+  for r in first:
+    if key(r) not in dropped:
+      assert again[key(r)]["ms"] == r["ms"], key(r)  # kept, not measured again
