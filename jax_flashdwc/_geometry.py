@@ -44,6 +44,31 @@ class ConvGeometry:
     pads = tuple((max(lo, 0), max(hi, 0)) for lo, hi in self.padding)
     return crops, dataclasses.replace(self, padding=pads)
 
+  def live_taps(self, in_hw: Sequence[int], kernel_hw: Sequence[int]) -> tuple[tuple[int, int], "ConvGeometry"]:
+    """((first, last) filter row, (first, last) filter column) that can touch the input,
+    and the geometry of the filter cut to them: the same outputs with less padding.
+
+    A tap whose every position falls in the padding only ever multiplies zeros: where
+    a filter spans more than the padded map can give it (VAN's 7x7 at dilation 3 on
+    7x7 maps: rows and columns 1-5 of 7 live; a 31x31 "SAME" filter on a 7x7 map: 9-21),
+    cutting it removes its work and its padding exactly, in every pass. Padding never
+    goes below 0 (that would crop x), and a filter no tap of which is live stays whole.
+    """
+    out_hw = self.output_hw(in_hw, kernel_hw)
+    ranges, padding = [], []
+    for n_in, n_out, k, s, d, (lo, hi) in zip(in_hw, out_hw, kernel_hw, self.strides, self.dilation, self.padding):
+      # Input index of tap t at output o: o * s - lo + d * t; live if some o lands in [0, n_in).
+      live = [t for t in range(k) if n_out > 0 and -lo + d * t <= n_in - 1 and (n_out - 1) * s - lo + d * t >= 0]
+      if not live:
+        ranges.append((0, k - 1))
+        padding.append((lo, hi))
+        continue
+      first = min(live[0], lo // d if lo > 0 else 0)
+      last = max(live[-1], k - 1 - (hi // d if hi > 0 else 0))
+      ranges.append((first, last))
+      padding.append((lo - d * first, hi - d * (k - 1 - last)))
+    return tuple(ranges), dataclasses.replace(self, padding=tuple(padding))
+
   def transposed(self) -> "ConvGeometry":
     """The same convolution with height and width exchanged (on transposed operands)."""
     return ConvGeometry(strides=self.strides[::-1], padding=self.padding[::-1], dilation=self.dilation[::-1])

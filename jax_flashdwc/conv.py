@@ -241,6 +241,10 @@ def depthwise_conv2d(
     # Negative padding crops x here, so the kernels only ever see padding >= 0.
     (top, bottom), (left, right) = crops
     x = x[:, top:x.shape[1] - bottom, left:x.shape[2] - right, :]
+  (rows, cols), geometry = geometry.live_taps(x.shape[1:3], kernel.shape[:2])
+  if (rows[1] - rows[0] + 1, cols[1] - cols[0] + 1) != tuple(kernel.shape[:2]):
+    # Taps that only ever fall in the padding (_geometry.live_taps): cut, with their padding.
+    kernel = kernel[rows[0]:rows[1] + 1, cols[0]:cols[1] + 1]
   restore = lambda y: y
   if SUBGRID_DILATION and _dilation.applies(geometry, prologue):
     # Bias and activation are per channel and elementwise, so they commute with the

@@ -55,6 +55,9 @@ TEST_CASES = [
     ConvCase("s2_d2_k5", 1, 15, 14, 3, 5, 5, strides=2, dilation=2),
     ConvCase("pad5_k3_wide", 1, 6, 7, 3, 3, 3, padding=5),
     ConvCase("asym_k7", 1, 9, 9, 3, 7, 7, padding=((0, 6), (5, 1))),
+    # Filters wider than the padded map can feed: taps that touch only padding are cut.
+    ConvCase("van_d3_k7_on_7x7", 2, 7, 7, 16, 7, 7, padding=9, dilation=3),
+    ConvCase("k31_same_on_7x7", 2, 7, 7, 24, 31, 31),
     ConvCase("valid_k3_c33", 3, 7, 8, 33, 3, 3, padding="VALID"),
     # Several blocks and channel tiles of the tiled kernels, ragged at every edge.
     ConvCase("tiles_k9_c72", 2, 20, 37, 72, 9, 9),

@@ -48,3 +48,18 @@ def test_forward_several_tiles_per_block_matches_oracle(dtype, case, device):
   xla_out = oracle(jnp.asarray(x, dtype), jnp.asarray(w, dtype), case, precision=None)
   assert_close(out, ref, mag, case.kh * case.kw, dtype, xla_out, what=f"fwd {case.name}", seed=seed)
 
+
+
+def test_taps_that_touch_only_padding_are_cut_before_the_kernels():
+  """VAN's 7x7 at dilation 3 on a 7x7 map reaches the input with rows and columns 1-5
+  only, and a 31x31 'SAME' filter on 7x7 with 9-21: the kernels get the cut filter."""
+  x = jnp.zeros((2, 7, 7, 8), jnp.float32)
+
+  def kernel_shapes(kh, **kwargs):
+    jaxpr = jax.make_jaxpr(lambda x, w: depthwise_conv2d(x, w, implementation="flashdwc", **kwargs))(
+        x, jnp.zeros((kh, kh, 1, 8), jnp.float32))
+    return {tuple(e.invars[1].aval.shape) for e in jaxpr.jaxpr.eqns if e.primitive.name.startswith("flashdwc_dwconv")}
+
+  assert kernel_shapes(7, padding=9, kernel_dilation=3) == {(5, 5, 1, 8)}
+  assert kernel_shapes(31, padding="SAME") == {(13, 13, 1, 8)}
+  assert kernel_shapes(7, padding=3) == {(7, 7, 1, 8)}  # every tap live: left whole
