@@ -93,7 +93,7 @@ def _layer_rows():
 # conv faster: VAN-B0's 7x7 dilation-3 LKA on its 7x7 maps runs on sub-grids, whose
 # passes are not routed (conv.py); its filter gradient there is 6x XLA's, so all three
 # passes together are 1.9x XLA's, and choosing per pass before the sub-grid transform is
-# not built.
+# not built. (The committed rows predate cutting its dead taps, _geometry.live_taps.)
 KNOWN_LOSSES = {("van_b0/lka_7x7_d3_7x7x256", "fwd"), ("van_b0/lka_7x7_d3_7x7x256", "dx")}
 
 
