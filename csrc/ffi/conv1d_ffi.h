@@ -41,6 +41,34 @@ inline ffi::Error conv1d_invalid(const char* pass, const std::string& what) {
   return ffi::Error::InvalidArgument(std::string(pass) + ": " + what);
 }
 
+// The forward's result y against x: the same shape and type.
+inline ffi::Error check_conv1d_fwd_result(const char* pass, const ffi::AnyBuffer& x, ffi::Result<ffi::AnyBuffer>& y) {
+  if (y->element_count() != x.element_count() || y->element_type() != x.element_type()) {
+    return conv1d_invalid(pass, "y must have x's shape and type");
+  }
+  return ffi::Error::Success();
+}
+
+// The backward's dy and results against x, the state and p's chunks: dy and dx x's
+// shape and type, dstate the state's size, the float32 partials (N * chunks, K, C) and
+// (N * chunks, C).
+inline ffi::Error check_conv1d_bwd_buffers(const char* pass, const Conv1dParams& p, const ffi::AnyBuffer& x,
+                                           const ffi::AnyBuffer& state, const ffi::AnyBuffer& dy,
+                                           ffi::Result<ffi::AnyBuffer>& dx, ffi::Result<ffi::AnyBuffer>& dstate,
+                                           ffi::Result<ffi::AnyBuffer>& dw_part,
+                                           ffi::Result<ffi::AnyBuffer>& db_part) {
+  const size_t parts = size_t(p.batch * p.chunks_per_row());
+  if (dy.element_count() != x.element_count() || dy.element_type() != x.element_type() ||
+      dx->element_count() != x.element_count() || dx->element_type() != x.element_type() ||
+      dstate->element_count() != state.element_count() ||
+      dw_part->element_count() != parts * p.kernel_size * p.channels || db_part->element_count() != parts * p.channels ||
+      dw_part->element_type() != ffi::DataType::F32 || db_part->element_type() != ffi::DataType::F32) {
+    return conv1d_invalid(pass, "dy, dx must match x, dstate the state, the partials (N * chunks, K, C) and "
+                                "(N * chunks, C) float32");
+  }
+  return ffi::Error::Success();
+}
+
 // Checks x (N, L, C), w (K, 1, C), bias (C,) or (0,), seg (N, L) int32 or (0,), state
 // (N, S, C) or (N, 0, C) and the attributes against each other; fills `p`.
 inline ffi::Error make_conv1d_params(const char* pass, const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,

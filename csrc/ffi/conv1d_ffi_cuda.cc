@@ -17,9 +17,7 @@ ffi::Error Conv1dFwdCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuff
       e.failure()) {
     return e;
   }
-  if (y->element_count() != x.element_count() || y->element_type() != x.element_type()) {
-    return conv1d_invalid(pass, "y must have x's shape and type");
-  }
+  if (ffi::Error e = check_conv1d_fwd_result(pass, x, y); e.failure()) return e;
   if (y->element_count() == 0) return ffi::Error::Success();
   const CudaPlatform platform{stream, pass};
   if (ffi::Error e = poison_if_asked(platform, y->untyped_data(), y->size_bytes()); e.failure()) return e;
@@ -43,13 +41,8 @@ ffi::Error Conv1dBwdCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuff
       e.failure()) {
     return e;
   }
-  const size_t parts = size_t(p.batch * p.chunks_per_row());
-  if (dy.element_count() != x.element_count() || dy.element_type() != x.element_type() ||
-      dx->element_count() != x.element_count() || dstate->element_count() != state.element_count() ||
-      dw_part->element_count() != parts * p.kernel_size * p.channels || db_part->element_count() != parts * p.channels ||
-      dw_part->element_type() != ffi::DataType::F32 || db_part->element_type() != ffi::DataType::F32) {
-    return conv1d_invalid(pass, "dy, dx must match x, dstate the state, the partials (N * chunks, K, C) and "
-                                "(N * chunks, C) float32");
+  if (ffi::Error e = check_conv1d_bwd_buffers(pass, p, x, state, dy, dx, dstate, dw_part, db_part); e.failure()) {
+    return e;
   }
   if (x.element_count() == 0) return ffi::Error::Success();
   const CudaPlatform platform{stream, pass};
