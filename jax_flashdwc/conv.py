@@ -37,13 +37,23 @@ SUBGRID_DILATION = True
 
 
 def route_under_none(pass_name: str, x, kernel_hw, geometry: ConvGeometry, platform: str = "cuda") -> str:
-  """What implementation=None runs for one pass of an unfused problem on `platform`:
-  "flashdwc" for a dilated stride-1 problem, whose sub-grid passes are not routed
-  (depthwise_conv2d below), else what routing.py's rule says. x is the forward's
-  input (an array or anything with shape and dtype)."""
+  """What implementation=None runs for one pass of an unfused problem on `platform`,
+  following depthwise_conv2d below: negative padding cropped, dead taps cut, then
+  "flashdwc" for a dilated stride-1 problem (its sub-grid passes are not routed), else
+  what routing.py's rule says of the problem the kernels would get (tall filters with
+  H and W exchanged). x is the forward's input (an array, or anything with shape and
+  dtype)."""
+  n, h, w, c = x.shape
+  crops, geometry = geometry.cropped()
+  h, w = h - sum(crops[0]), w - sum(crops[1])
+  (rows, cols), geometry = geometry.live_taps((h, w), kernel_hw)
+  kernel_hw = (rows[1] - rows[0] + 1, cols[1] - cols[0] + 1)
   if SUBGRID_DILATION and _dilation.applies(geometry, prologue=False):
     return "flashdwc"
-  return routing.route(pass_name, x, kernel_hw, geometry, platform=platform)
+  if _runs_transposed(x.dtype, kernel_hw, geometry):
+    h, w, kernel_hw, geometry = w, h, kernel_hw[::-1], geometry.transposed()
+  return routing.route(pass_name, jax.ShapeDtypeStruct((n, h, w, c), x.dtype), kernel_hw, geometry,
+                       platform=platform)
 
 
 def _is_zero(t):

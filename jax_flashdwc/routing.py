@@ -94,9 +94,10 @@ XLA_RULES: tuple[XlaRule, ...] = (
             "filter gradient, 7x7 on maps above 14x14 up to 28x28: ConvNeXt-T's 28x28x192 ran 0.85x (0.088 ms "
             "against 0.076); its 56x56x96 (1.12x), 14x14x384 (1.07x) and 7x7x768 (15.7x) stay on ours"),
     XlaRule(("fwd",), lambda p: p.half and p.kh == p.kw == 5 and p.strides != (1, 1) and p.symmetric_padding,
-            "forward, stride 2, 5x5, symmetric padding (the stride-2 kernel): 0.86x on MobileNetV3's 56x56x72 "
-            "(0.066 ms against 0.057); at 3x3 it runs 1.01-1.15x (112x112x96: 0.108 against 0.114) and "
-            "stays on ours"),
+            "forward, stride 2, 5x5, symmetric padding (the stride-2 kernel): MobileNetV3's 56x56x72 0.86x "
+            "(0.066 ms against 0.057) and 14x14x672 0.72x; with TensorFlow's SAME padding, where XLA pads first, "
+            "1.31x (EfficientNet-B0's 56x56x144), and at 3x3 1.01-2.35x (112x112x96: 0.108 against 0.114): "
+            "those stay on ours"),
     XlaRule(("fwd", "dx"), lambda p: p.half and p.kh == p.kw == 3 and p.strides == (1, 1) and p.dilation == (1, 1)
             and (p.c <= 80 or (p.h == p.w == 14 and p.c <= 256)),
             "forward and input gradient, 3x3, stride 1, 80 channels or fewer, or 14x14 maps of at most 256: "
