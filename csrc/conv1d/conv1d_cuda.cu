@@ -2,10 +2,12 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 
 #include "conv1d/conv1d_cuda.h"
+#include "common/launch.cuh"
 #include "conv1d/conv1d_kernels.cuh"
 
 namespace flashdwc {
@@ -31,16 +33,25 @@ using namespace conv1d_cuda;
 constexpr int64_t kFwdRun = 16;
 constexpr int kFwdAhead = 4;
 constexpr int kFwdChannels = 4;
-// Backward: 16 bytes of channels a thread (8 bf16/fp16, 4 fp32), 128-position runs
-// (Conv1dParams::chunk), U = 4 positions of x and dy loaded ahead. ptxas (sm_90) gives
-// the bf16 K = 4 window kernel 251 registers at U = 4 and 217 at U = 2: two 128-thread
-// blocks an SM either way, so U = 4 keeps twice the loads in flight for the same
-// occupancy. The forward's trade (more, lighter threads) measured slower here where
-// the problem is large: 2 channels a thread, each chunk split over 4 warps, 3 ahead
-// (94 registers, 5 blocks an SM) was 8-15% faster at 16k-64k tokens x 1536 channels
-// and 9-10% slower at 32k-64k tokens x 5120 (H100, bf16, K = 4; docs/design-notes.md).
+// Backward, two window kernels over the same 128-position chunks (Conv1dParams::chunk)
+// and the same filter and bias partial slots:
+// - one run a thread (conv1d_bwd_window): 16 bytes of channels, U = 4 positions of x
+//   and dy loaded ahead; bf16 K = 4 at 251 registers, 2 blocks of 128 an SM;
+// - a chunk split over 4 warps (conv1d_bwd_window_split): 2 channels a thread, 3
+//   ahead, the warps' partials summed in shared memory in warp order; 76-95
+//   registers, 5 blocks an SM, 16x the threads (bf16).
+// Measured on an H100 (bf16, K = 4, bench_conv1d, 2 builds in one session): the split
+// kernel took 0.85-0.95 of the time at 16k-64k tokens x 1536 channels and 16k x 5120,
+// where the one-run kernel's grid is 0.7-2.9 waves of resident threads (2 blocks of
+// 128 an SM: 33.8k on 132 SMs), and 1.09-1.10 at 32k-64k x 5120 (4.8-9.7 waves). The
+// split kernel runs where the one-run grid would be under kBwdSplitBelowWaves waves.
 constexpr int kBwdAhead = 4;
 constexpr int kBwdChannels = 8;
+constexpr int kBwdSplitAhead = 3;
+constexpr int kBwdSplitChannels = 2;
+constexpr int kBwdSplitWarps = 4;
+constexpr int64_t kBwdBlocksPerSm = 2;  // conv1d_bwd_window's residency at 128 threads
+constexpr int64_t kBwdSplitBelowWaves = 4;
 constexpr int kThreads = 128;
 
 // Channels a thread owns: `channels`, at most 16 bytes of them.
@@ -111,6 +122,39 @@ cudaError_t bwd_with(const Conv1dParams& p, const T* x, const T* w, const T* bia
   return cudaGetLastError();
 }
 
+// The split window kernel, K = 2..4 at dilation 1 (blocks of 32 channel groups x
+// kBwdSplitWarps sub-runs of one chunk).
+template <typename T, int V>
+cudaError_t bwd_split_with(const Conv1dParams& p, const T* x, const T* w, const T* bias, const int32_t* seg,
+                           const T* state, const T* dy, T* dx, T* dstate, float* dw_part, float* db_part,
+                           cudaStream_t stream) {
+  const int64_t blocks = (p.channels + 32 * V - 1) / (32 * V) * p.chunks_per_row() * p.batch;
+  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  const dim3 grid{unsigned(blocks)}, block{32, kBwdSplitWarps};
+#define FLASHDWC_BWD_ARGS x, w, bias, seg, state, dy, dx, dstate, dw_part, db_part, p
+  if (p.kernel_size == 2) {
+    conv1d_bwd_window_split<T, V, 2, kBwdSplitAhead, kBwdSplitWarps><<<grid, block, 0, stream>>>(FLASHDWC_BWD_ARGS);
+  } else if (p.kernel_size == 3) {
+    conv1d_bwd_window_split<T, V, 3, kBwdSplitAhead, kBwdSplitWarps><<<grid, block, 0, stream>>>(FLASHDWC_BWD_ARGS);
+  } else {
+    conv1d_bwd_window_split<T, V, 4, kBwdSplitAhead, kBwdSplitWarps><<<grid, block, 0, stream>>>(FLASHDWC_BWD_ARGS);
+  }
+#undef FLASHDWC_BWD_ARGS
+  return cudaGetLastError();
+}
+
+// Whether the split window kernel takes this backward: K = 2..4 at dilation 1, and the
+// one-run kernel's grid (chunks x 16-byte channel groups) under kBwdSplitBelowWaves
+// waves of its resident threads.
+template <typename T>
+bool bwd_takes_split(const Conv1dParams& p) {
+  if (p.dilation != 1 || p.kernel_size < 2 || p.kernel_size > 4) return false;
+  const int64_t groups = (p.channels + vector_width<T, kBwdChannels>() - 1) / vector_width<T, kBwdChannels>();
+  const int64_t one_run_threads = groups * p.chunks_per_row() * p.batch;
+  const int64_t resident = std::max<int64_t>(device_limits().sms, 1) * kBwdBlocksPerSm * kThreads;
+  return one_run_threads < kBwdSplitBelowWaves * resident;
+}
+
 }  // namespace
 
 template <typename T>
@@ -132,6 +176,13 @@ cudaError_t run_conv1d_bwd(const Conv1dParams& p, const T* x, const T* w, const 
   if (p.batch * p.length * p.channels == 0) return cudaSuccess;
   // A zero-size buffer's address is arbitrary: it must not force the scalar path.
   if (p.state_len == 0) state = nullptr, dstate = nullptr;
+  if (bwd_takes_split<T>(p)) {
+    constexpr int kV = vector_width<T, kBwdSplitChannels>();
+    if (use_vectors<T, kV>(p, {x, state, dy, dx, dstate})) {
+      return bwd_split_with<T, kV>(p, x, w, bias, seg, state, dy, dx, dstate, dw_part, db_part, stream);
+    }
+    return bwd_split_with<T, 1>(p, x, w, bias, seg, state, dy, dx, dstate, dw_part, db_part, stream);
+  }
   constexpr int kV = vector_width<T, kBwdChannels>();
   if (use_vectors<T, kV>(p, {x, state, dy, dx, dstate})) {
     return bwd_with<T, kV>(p, x, w, bias, seg, state, dy, dx, dstate, dw_part, db_part, stream);

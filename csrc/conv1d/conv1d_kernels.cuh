@@ -364,6 +364,168 @@ __global__ void __launch_bounds__(128) conv1d_bwd_window(
 }
 
 // ---------------------------------------------------------------------------
+// Backward, K = KT, dilation 1, each chunk split over W warps (conv1d_cuda.cu picks it
+// where the one-run-a-thread kernel above fills under four waves of the GPU). Block
+// (32, W): threadIdx.x picks the channels, threadIdx.y the sub-run, of one chunk
+// [c_lo, c_hi) = [j * chunk, min((j + 1) * chunk, L)). Sub-run y owns inputs and outputs [i0, i1) = the y-th ceil(chunk / W)
+// positions of the chunk (empty past c_hi), and the state's inputs when j = y = 0.
+// Outputs t = i0 + lo - (KT - 1) .. i1 - 1 + lo pass by in order; after output t,
+// input t - lo has all its contributions (dxacc[0]) and is stored. The W sub-runs'
+// filter and bias partials are summed in shared memory in the order y = 0 .. W - 1
+// and written once to the chunk's slot. 5 blocks of 128 threads an SM: ptxas (sm_90)
+// fits every instance conv1d_cuda.cu launches (2 channels, U = 3, W = 4) in the 96
+// registers this leaves, without spills (at 6 blocks, 80 registers, the K = 3 and 4
+// instances spill).
+template <typename T, int V, int KT, int U, int W>
+__global__ void __launch_bounds__(32 * W, 5) conv1d_bwd_window_split(
+    const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, const int32_t* __restrict__ seg,
+    const T* __restrict__ state, const T* __restrict__ dy, T* __restrict__ dx, T* __restrict__ dstate,
+    float* __restrict__ dw_part, float* __restrict__ db_part, Conv1dParams p) {
+  const int64_t chunks = p.chunks_per_row();
+  const int64_t channel_blocks = (p.channels + 32 * V - 1) / (32 * V);
+  const int64_t b = blockIdx.x;
+  const int64_t c0 = ((b % channel_blocks) * 32 + threadIdx.x) * V;
+  const int64_t part = b / channel_blocks;  // n * chunks + chunk: the slot
+  const int64_t chunk = part % chunks, n = part / chunks;
+  const int64_t c_lo = chunk * p.chunk;
+  const int64_t c_hi = c_lo + p.chunk < p.length ? c_lo + p.chunk : p.length;
+  const int64_t sub = (p.chunk + W - 1) / W;
+  const int64_t i0 = c_lo + threadIdx.y * sub < c_hi ? c_lo + threadIdx.y * sub : c_hi;
+  const int64_t i1 = i0 + sub < c_hi ? i0 + sub : c_hi;
+  float dw[KT][V], db[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    db[i] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < KT; ++k) dw[k][i] = 0.0f;
+  }
+  if (c0 < p.channels) {
+    const RowIn<T, V> in = row_in<T, V>(p, n, x, state, seg);
+    const T* dyrow = dy + n * p.length * p.channels + c0;
+    T* dxrow = dx + n * p.length * p.channels + c0;
+    T* dstaterow = p.state_len ? dstate + (n + 1) * p.state_len * p.channels + c0 : nullptr;
+    float wr[KT][V], br[V];
+#pragma unroll
+    for (int k = 0; k < KT; ++k) load_weights<T, V>(p, w, bias, c0, k, wr[k]);
+    load_bias<T, V>(p, bias, c0, br);
+    const int64_t lo = p.pad_lo;
+    const int64_t first = chunk == 0 && threadIdx.y == 0 ? -p.state_len : i0;
+    const int64_t t_begin = i0 + lo - (KT - 1), t_end = i1 + lo;  // outputs [t_begin, t_end)
+    float dxacc[KT][V];
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+#pragma unroll
+      for (int k = 0; k < KT; ++k) dxacc[k][i] = 0.0f;
+    }
+    Pack<T, V> win[KT - 1 + U];
+    int32_t sw[KT - 1 + U];
+#pragma unroll
+    for (int k = 0; k < KT - 1; ++k) {
+      win[k] = in.input(t_begin - lo + k, c0);
+      sw[k] = in.seg_at(t_begin - lo + k);
+    }
+    for (int64_t t = t_begin; t < t_end; t += U) {
+      Pack<T, V> g[U];
+      int32_t sout[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t pos = t - lo + KT - 1 + u;
+        win[KT - 1 + u] = in.input(pos, c0);
+        sw[KT - 1 + u] = in.seg_at(pos);
+        const int64_t tt = t + u;
+        const bool exists = tt >= 0 && tt < p.length && tt < t_end;
+        g[u] = exists ? *reinterpret_cast<const Pack<T, V>*>(dyrow + tt * p.channels) : zero_pack<T, V>();
+        sout[u] = in.seg_at(tt);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t tt = t + u;
+        if (tt < t_end) {
+          bool mask[KT];
+#pragma unroll
+          for (int k = 0; k < KT; ++k) mask[k] = sw[u + k] == sout[u];
+          float dz[V];
+#pragma unroll
+          for (int i = 0; i < V; ++i) dz[i] = to_f(g[u].e[i]);
+          if (p.activation != Activation::kNone) {
+#pragma unroll
+            for (int i = 0; i < V; ++i) {
+              float z = br[i];
+#pragma unroll
+              for (int k = 0; k < KT; ++k) {
+                if (mask[k]) z = fmaf(wr[k][i], to_f(win[u + k].e[i]), z);
+              }
+              dz[i] *= act_grad(p.activation, z);
+            }
+          }
+          if (tt >= i0 && tt < i1) {
+#pragma unroll
+            for (int i = 0; i < V; ++i) {
+              db[i] += dz[i];
+#pragma unroll
+              for (int k = 0; k < KT; ++k) {
+                if (mask[k]) dw[k][i] = fmaf(dz[i], to_f(win[u + k].e[i]), dw[k][i]);
+              }
+            }
+          }
+#pragma unroll
+          for (int k = 0; k < KT; ++k) {
+            if (mask[k]) {
+#pragma unroll
+              for (int i = 0; i < V; ++i) dxacc[k][i] = fmaf(wr[k][i], dz[i], dxacc[k][i]);
+            }
+          }
+          const int64_t e = tt - lo;  // input complete after this output
+          if (e >= first && e < i1) {
+            if (e >= 0) {
+              store_pack<T, V>(dxrow + e * p.channels, dxacc[0]);
+            } else {
+              store_pack<T, V>(dstaterow + e * p.channels, dxacc[0]);
+            }
+          }
+#pragma unroll
+          for (int k = 0; k < KT - 1; ++k) {
+#pragma unroll
+            for (int i = 0; i < V; ++i) dxacc[k][i] = dxacc[k + 1][i];
+          }
+#pragma unroll
+          for (int i = 0; i < V; ++i) dxacc[KT - 1][i] = 0.0f;
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < KT - 1; ++k) {
+        win[k] = win[U + k];
+        sw[k] = sw[U + k];
+      }
+    }
+  }
+  // [y][row][i][lane], row KT the bias: lanes consecutive, so no bank conflicts.
+  __shared__ float red[W][KT + 1][V][32];
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+#pragma unroll
+    for (int k = 0; k < KT; ++k) red[threadIdx.y][k][i][threadIdx.x] = dw[k][i];
+    red[threadIdx.y][KT][i][threadIdx.x] = db[i];
+  }
+  __syncthreads();
+  if (threadIdx.y != 0 || c0 >= p.channels) return;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+#pragma unroll
+    for (int k = 0; k <= KT; ++k) {
+      float sum = red[0][k][i][threadIdx.x];
+#pragma unroll
+      for (int y = 1; y < W; ++y) sum += red[y][k][i][threadIdx.x];
+      if (k < KT) {
+        dw_part[(part * KT + k) * p.channels + c0 + i] = sum;
+      } else {
+        db_part[part * p.channels + c0 + i] = sum;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
 // Backward, any K and dilation: dz is recomputed wherever it is needed (K taps
 // each with an activation), so this costs O(K^2) a position with one; the short
 // filters take the window kernel.

@@ -1,8 +1,10 @@
 """CPU model of the 1-D window kernels' loops (csrc/conv1d/conv1d_kernels.cuh).
 
-conv1d_fwd_window and conv1d_bwd_window walk a run of positions with a register
-window, a halo, U positions loaded ahead and, backward, an input gradient that is
-stored once all its contributions have passed. This repeats those loops step for
+conv1d_fwd_window and the backward window kernels walk a run of positions with a
+register window, a halo, U positions loaded ahead and, backward, an input gradient
+that is stored once all its contributions have passed. bwd_window with warps = 1 is
+conv1d_bwd_window (one run a thread); with warps > 1, conv1d_bwd_window_split (each
+chunk split over that many warps, their partials summed in warp order). This repeats those loops step for
 step (the same index arithmetic, the same run ownership, vectorized over channels
 only) and checks them, by brute force over small problems with runs shorter than
 the sequence, against a direct sum, with segments and states. A run that stored an
@@ -59,52 +61,61 @@ def fwd_window(row, w, b, lo, run_len, kt, u_ahead):
   return y
 
 
-def bwd_window(row, w, dy, lo, chunk, kt, u_ahead):
-  """dx, dstate and the per-run partials for activation None (dz = dy)."""
+def bwd_window(row, w, dy, lo, chunk, kt, u_ahead, warps):
+  """dx, dstate and the per-chunk partials for activation None (dz = dy); each chunk
+  is walked by `warps` sub-runs of ceil(chunk / warps) positions, as the warps of
+  one block, whose partials are summed in warp order."""
   length, c = row.x.shape
   dx = np.full((length, c), np.nan)
   dstate = np.full((row.state_len, c), np.nan)
-  runs = (length + chunk - 1) // chunk
-  dw_part, db_part = np.zeros((runs, kt, c)), np.zeros((runs, c))
-  for run in range(runs):
-    i0 = run * chunk
-    i1 = min(i0 + chunk, length)
-    first = -row.state_len if run == 0 else i0
-    t_begin, t_end = i0 + lo - (kt - 1), i1 + lo
-    dxacc = [np.zeros(c) for _ in range(kt)]
-    win = [row.input(t_begin - lo + k) for k in range(kt - 1)] + [None] * u_ahead
-    sw = [row.seg_at(t_begin - lo + k) for k in range(kt - 1)] + [None] * u_ahead
-    for t in range(t_begin, t_end, u_ahead):
-      g, sout = [], []
-      for u in range(u_ahead):
-        pos = t - lo + kt - 1 + u
-        win[kt - 1 + u] = row.input(pos)
-        sw[kt - 1 + u] = row.seg_at(pos)
-        tt = t + u
-        g.append(dy[tt] if 0 <= tt < length and tt < t_end else np.zeros(c))
-        sout.append(row.seg_at(tt))
-      for u in range(u_ahead):
-        tt = t + u
-        if tt >= t_end:
-          continue
-        mask = [sw[u + k] == sout[u] for k in range(kt)]
-        dz = g[u]
-        if i0 <= tt < i1:
-          db_part[run] += dz
+  chunks = (length + chunk - 1) // chunk
+  dw_part, db_part = np.zeros((chunks, kt, c)), np.zeros((chunks, c))
+  sub = (chunk + warps - 1) // warps
+  for j in range(chunks):
+    c_lo, c_hi = j * chunk, min((j + 1) * chunk, length)
+    dw_warp, db_warp = np.zeros((warps, kt, c)), np.zeros((warps, c))
+    for y in range(warps):
+      i0 = min(c_lo + y * sub, c_hi)
+      i1 = min(i0 + sub, c_hi)
+      first = -row.state_len if j == 0 and y == 0 else i0
+      t_begin, t_end = i0 + lo - (kt - 1), i1 + lo
+      dxacc = [np.zeros(c) for _ in range(kt)]
+      win = [row.input(t_begin - lo + k) for k in range(kt - 1)] + [None] * u_ahead
+      sw = [row.seg_at(t_begin - lo + k) for k in range(kt - 1)] + [None] * u_ahead
+      for t in range(t_begin, t_end, u_ahead):
+        g, sout = [], []
+        for u in range(u_ahead):
+          pos = t - lo + kt - 1 + u
+          win[kt - 1 + u] = row.input(pos)
+          sw[kt - 1 + u] = row.seg_at(pos)
+          tt = t + u
+          g.append(dy[tt] if 0 <= tt < length and tt < t_end else np.zeros(c))
+          sout.append(row.seg_at(tt))
+        for u in range(u_ahead):
+          tt = t + u
+          if tt >= t_end:
+            continue
+          mask = [sw[u + k] == sout[u] for k in range(kt)]
+          dz = g[u]
+          if i0 <= tt < i1:
+            db_warp[y] += dz
+            for k in range(kt):
+              if mask[k]:
+                dw_warp[y, k] += dz * win[u + k]
           for k in range(kt):
             if mask[k]:
-              dw_part[run, k] += dz * win[u + k]
-        for k in range(kt):
-          if mask[k]:
-            dxacc[k] = dxacc[k] + w[k] * dz
-        e = tt - lo
-        if first <= e < i1:
-          target = dx if e >= 0 else dstate
-          idx = e if e >= 0 else row.state_len + e
-          assert np.isnan(target[idx]).all(), f"input {e} stored twice"
-          target[idx] = dxacc[0]
-        dxacc = dxacc[1:] + [np.zeros(c)]
-      win[:kt - 1], sw[:kt - 1] = win[u_ahead:u_ahead + kt - 1], sw[u_ahead:u_ahead + kt - 1]
+              dxacc[k] = dxacc[k] + w[k] * dz
+          e = tt - lo
+          if first <= e < i1:
+            target = dx if e >= 0 else dstate
+            idx = e if e >= 0 else row.state_len + e
+            assert np.isnan(target[idx]).all(), f"input {e} stored twice"
+            target[idx] = dxacc[0]
+          dxacc = dxacc[1:] + [np.zeros(c)]
+        win[:kt - 1], sw[:kt - 1] = win[u_ahead:u_ahead + kt - 1], sw[u_ahead:u_ahead + kt - 1]
+    for y in range(warps):
+      dw_part[j] += dw_warp[y]
+      db_part[j] += db_warp[y]
   return dx, dstate, dw_part.sum(0), db_part.sum(0)
 
 
@@ -133,7 +144,7 @@ def main():
   rng = np.random.default_rng(0)
   checked = 0
   for kt, length, run_len, u_ahead, with_state, with_seg in itertools.product(
-      (2, 3, 4), (1, 2, 3, 5, 9, 17), (1, 2, 3, 4, 8), (1, 4, 8), (False, True), (False, True)):
+      (2, 3, 4), (1, 2, 3, 5, 9, 17), (1, 2, 3, 4, 8), (1, 3, 4, 8), (False, True), (False, True)):
     for lo in ([kt - 1] if with_state else range(kt)):
       c = 3
       x = rng.standard_normal((length, c))
@@ -143,8 +154,10 @@ def main():
       w, b, dy = rng.standard_normal((kt, c)), rng.standard_normal(c), rng.standard_normal((length, c))
       y_ref, dx_ref, ds_ref, dw_ref, db_ref = direct(row, w, b, lo, dy)
       y = fwd_window(row, w, b, lo, run_len, kt, u_ahead)
-      dx, ds, dw, db = bwd_window(row, w, dy, lo, run_len, kt, u_ahead)
-      what = f"K={kt} L={length} run={run_len} U={u_ahead} lo={lo} state={with_state} seg={with_seg}"
+      warps = 1 + checked % 4  # 1-4 sub-runs a chunk: also ones that do not divide it
+      dx, ds, dw, db = bwd_window(row, w, dy, lo, run_len, kt, u_ahead, warps)
+      what = (f"K={kt} L={length} run={run_len} U={u_ahead} warps={warps} lo={lo} state={with_state} "
+              f"seg={with_seg}")
       for name, got, ref in (("y", y, y_ref), ("dx", dx, dx_ref), ("dstate", ds, ds_ref), ("dw", dw, dw_ref),
                              ("db", db, db_ref)):
         assert np.allclose(got, ref, atol=1e-9), f"{name} differs: {what}"
