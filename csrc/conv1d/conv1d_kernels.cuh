@@ -4,7 +4,9 @@
 // run of positions, so that a warp reads 32 * V contiguous channels of one position
 // at a time.
 //
-// - *_window<KT>: K = KT in {2, 3, 4} and dilation 1 (Mamba's short convolutions).
+// - conv1d_fwd_plain<KT>: K = KT in {2, 3, 4}, dilation 1, no segments and no state
+//   (Mamba's short causal convolution): a thread loads its whole run of inputs at once.
+// - *_window<KT>: K = KT in {2, 3, 4} and dilation 1, with segments or a state.
 //   The K - 1 inputs that consecutive outputs share stay in registers: each input
 //   is loaded once per run, plus a K - 1 halo at the run's start. U positions are
 //   loaded before any is used, so U vector loads are in flight per thread.
@@ -114,6 +116,13 @@ struct RowIn {
   }
 };
 
+// A position's segment id where the kernel was built for segments, else 0: without
+// segments the window kernels keep no ids in registers (Seg = false).
+template <bool Seg, typename In>
+__device__ __forceinline__ int32_t seg_if(const In& in, int64_t pos) {
+  return Seg ? in.seg_at(pos) : 0;
+}
+
 template <typename T, int V>
 __device__ __forceinline__ RowIn<T, V> row_in(const Conv1dParams& p, int64_t n, const T* x, const T* state,
                                                const int32_t* seg) {
@@ -143,11 +152,11 @@ __device__ __forceinline__ void store_pack(T* dst, const float (&v)[V]) {
 }
 
 // ---------------------------------------------------------------------------
-// Forward, K = KT, dilation 1. 6 blocks of 128 threads an SM: ptxas (sm_90) fits
-// every instance conv1d_cuda.cu launches (4 channels, U = 4) in the 80 registers
-// this leaves, without spills.
-template <typename T, int V, int KT, int U>
-__global__ void __launch_bounds__(128, 6) conv1d_fwd_window(
+// Forward, K = KT, dilation 1, with segments or an initial state. 6 blocks of 128
+// threads an SM: ptxas (sm_90) fits every instance conv1d_cuda.cu launches (4
+// channels, U = 4) in the 80 registers this leaves, without spills.
+template <typename T, int V, int KT, int U, int MinBlocks, bool Seg>
+__global__ void __launch_bounds__(128, MinBlocks) conv1d_fwd_window(
     const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, const int32_t* __restrict__ seg,
     const T* __restrict__ state, T* __restrict__ y, Conv1dParams p, int64_t run_len) {
   const Tile tl = tile<V>(p, (p.length + run_len - 1) / run_len);
@@ -167,7 +176,7 @@ __global__ void __launch_bounds__(128, 6) conv1d_fwd_window(
 #pragma unroll
   for (int k = 0; k < KT - 1; ++k) {
     win[k] = in.input(t0 - lo + k, tl.c0);
-    sw[k] = in.seg_at(t0 - lo + k);
+    sw[k] = seg_if<Seg>(in, t0 - lo + k);
   }
   for (int64_t t = t0; t < t1; t += U) {
     int32_t sout[U];
@@ -175,8 +184,8 @@ __global__ void __launch_bounds__(128, 6) conv1d_fwd_window(
     for (int u = 0; u < U; ++u) {
       const int64_t pos = t - lo + KT - 1 + u;
       win[KT - 1 + u] = t + u < t1 ? in.input(pos, tl.c0) : zero_pack<T, V>();
-      sw[KT - 1 + u] = in.seg_at(pos);
-      sout[u] = in.seg_at(t + u);
+      sw[KT - 1 + u] = seg_if<Seg>(in, pos);
+      sout[u] = seg_if<Seg>(in, t + u);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -200,6 +209,47 @@ __global__ void __launch_bounds__(128, 6) conv1d_fwd_window(
     for (int k = 0; k < KT - 1; ++k) {
       win[k] = win[U + k];
       sw[k] = sw[U + k];
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Forward, K = KT, dilation 1, no segments and no initial state (the plain causal or
+// centred convolution): every input of a run (R outputs, R + KT - 1 inputs) is
+// loaded before the first output is formed, so R + KT - 1 vector loads are in flight
+// per thread; the filter stays packed in its storage type and is widened per use;
+// the activation is a template parameter (Act), so none and SiLU need no call.
+template <typename T, int V, int KT, int R, int MinBlocks, Activation Act>
+__global__ void __launch_bounds__(128, MinBlocks) conv1d_fwd_plain(const T* __restrict__ x, const T* __restrict__ w,
+                                                                  const T* __restrict__ bias, T* __restrict__ y,
+                                                                  Conv1dParams p) {
+  const Tile tl = tile<V>(p, (p.length + R - 1) / R);
+  if (!tl.active) return;
+  const int64_t row = tl.n * p.length * p.channels + tl.c0;
+  const int64_t t0 = tl.run * R;
+  Pack<T, V> win[R + KT - 1];
+#pragma unroll
+  for (int j = 0; j < R + KT - 1; ++j) {
+    const int64_t pos = t0 - p.pad_lo + j;
+    win[j] = pos >= 0 && pos < p.length ? *reinterpret_cast<const Pack<T, V>*>(x + row + pos * p.channels)
+                                        : zero_pack<T, V>();
+  }
+  Pack<T, V> wk[KT], bk;
+#pragma unroll
+  for (int k = 0; k < KT; ++k) wk[k] = *reinterpret_cast<const Pack<T, V>*>(w + k * p.channels + tl.c0);
+  bk = p.has_bias ? *reinterpret_cast<const Pack<T, V>*>(bias + tl.c0) : zero_pack<T, V>();
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (t0 + r < p.length) {
+      float acc[V];
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        acc[i] = to_f(bk.e[i]);
+#pragma unroll
+        for (int k = 0; k < KT; ++k) acc[i] = fmaf(to_f(wk[k].e[i]), to_f(win[r + k].e[i]), acc[i]);
+        acc[i] = Act == Activation::kNone ? acc[i] : act(Act, acc[i]);
+      }
+      store_pack<T, V>(y + row + (t0 + r) * p.channels, acc);
     }
   }
 }
@@ -243,141 +293,18 @@ __global__ void __launch_bounds__(128) conv1d_fwd_generic(const T* __restrict__ 
 }
 
 // ---------------------------------------------------------------------------
-// Backward, K = KT, dilation 1. Run j owns inputs and outputs [i0, i1) =
-// [j * chunk, min((j + 1) * chunk, L)), and the state's inputs when j = 0. Outputs
-// t = i0 + lo - (KT - 1) .. i1 - 1 + lo pass by in order; after output t, input
-// t - lo has all its contributions (dxacc[0]) and is stored.
-template <typename T, int V, int KT, int U>
-__global__ void __launch_bounds__(128) conv1d_bwd_window(
-    const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, const int32_t* __restrict__ seg,
-    const T* __restrict__ state, const T* __restrict__ dy, T* __restrict__ dx, T* __restrict__ dstate,
-    float* __restrict__ dw_part, float* __restrict__ db_part, Conv1dParams p) {
-  const int64_t runs = p.chunks_per_row();
-  const Tile tl = tile<V>(p, runs);
-  if (!tl.active) return;
-  const RowIn<T, V> in = row_in<T, V>(p, tl.n, x, state, seg);
-  const T* dyrow = dy + tl.n * p.length * p.channels + tl.c0;
-  float wr[KT][V], br[V];
-#pragma unroll
-  for (int k = 0; k < KT; ++k) load_weights<T, V>(p, w, bias, tl.c0, k, wr[k]);
-  load_bias<T, V>(p, bias, tl.c0, br);
-  const int64_t lo = p.pad_lo;
-  const int64_t i0 = tl.run * p.chunk;
-  const int64_t i1 = i0 + p.chunk < p.length ? i0 + p.chunk : p.length;
-  const int64_t first = tl.run == 0 ? -p.state_len : i0;
-  const int64_t t_begin = i0 + lo - (KT - 1), t_end = i1 + lo;  // outputs [t_begin, t_end)
-  float dxacc[KT][V], dw[KT][V], db[V];
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    db[i] = 0.0f;
-#pragma unroll
-    for (int k = 0; k < KT; ++k) dxacc[k][i] = dw[k][i] = 0.0f;
-  }
-  Pack<T, V> win[KT - 1 + U];
-  int32_t sw[KT - 1 + U];
-#pragma unroll
-  for (int k = 0; k < KT - 1; ++k) {
-    win[k] = in.input(t_begin - lo + k, tl.c0);
-    sw[k] = in.seg_at(t_begin - lo + k);
-  }
-  for (int64_t t = t_begin; t < t_end; t += U) {
-    Pack<T, V> g[U];
-    int32_t sout[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t pos = t - lo + KT - 1 + u;
-      win[KT - 1 + u] = in.input(pos, tl.c0);
-      sw[KT - 1 + u] = in.seg_at(pos);
-      const int64_t tt = t + u;
-      const bool exists = tt >= 0 && tt < p.length && tt < t_end;
-      g[u] = exists ? *reinterpret_cast<const Pack<T, V>*>(dyrow + tt * p.channels) : zero_pack<T, V>();
-      sout[u] = in.seg_at(tt);
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t tt = t + u;
-      if (tt < t_end) {
-        bool mask[KT];
-#pragma unroll
-        for (int k = 0; k < KT; ++k) mask[k] = sw[u + k] == sout[u];
-        float dz[V];
-#pragma unroll
-        for (int i = 0; i < V; ++i) dz[i] = to_f(g[u].e[i]);
-        if (p.activation != Activation::kNone) {
-#pragma unroll
-          for (int i = 0; i < V; ++i) {
-            float z = br[i];
-#pragma unroll
-            for (int k = 0; k < KT; ++k) {
-              if (mask[k]) z = fmaf(wr[k][i], to_f(win[u + k].e[i]), z);
-            }
-            dz[i] *= act_grad(p.activation, z);
-          }
-        }
-        if (tt >= i0 && tt < i1) {
-#pragma unroll
-          for (int i = 0; i < V; ++i) {
-            db[i] += dz[i];
-#pragma unroll
-            for (int k = 0; k < KT; ++k) {
-              if (mask[k]) dw[k][i] = fmaf(dz[i], to_f(win[u + k].e[i]), dw[k][i]);
-            }
-          }
-        }
-#pragma unroll
-        for (int k = 0; k < KT; ++k) {
-          if (mask[k]) {
-#pragma unroll
-            for (int i = 0; i < V; ++i) dxacc[k][i] = fmaf(wr[k][i], dz[i], dxacc[k][i]);
-          }
-        }
-        const int64_t e = tt - lo;  // input complete after this output
-        if (e >= first && e < i1) {
-          if (e >= 0) {
-            store_pack<T, V>(dx + (tl.n * p.length + e) * p.channels + tl.c0, dxacc[0]);
-          } else {
-            store_pack<T, V>(dstate + (tl.n * p.state_len + p.state_len + e) * p.channels + tl.c0, dxacc[0]);
-          }
-        }
-#pragma unroll
-        for (int k = 0; k < KT - 1; ++k) {
-#pragma unroll
-          for (int i = 0; i < V; ++i) dxacc[k][i] = dxacc[k + 1][i];
-        }
-#pragma unroll
-        for (int i = 0; i < V; ++i) dxacc[KT - 1][i] = 0.0f;
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < KT - 1; ++k) {
-      win[k] = win[U + k];
-      sw[k] = sw[U + k];
-    }
-  }
-  const int64_t part = tl.n * runs + tl.run;
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    db_part[part * p.channels + tl.c0 + i] = db[i];
-#pragma unroll
-    for (int k = 0; k < KT; ++k) dw_part[(part * KT + k) * p.channels + tl.c0 + i] = dw[k][i];
-  }
-}
-
-// ---------------------------------------------------------------------------
-// Backward, K = KT, dilation 1, each chunk split over W warps (conv1d_cuda.cu picks it
-// where the one-run-a-thread kernel above fills under four waves of the GPU). Block
-// (32, W): threadIdx.x picks the channels, threadIdx.y the sub-run, of one chunk
-// [c_lo, c_hi) = [j * chunk, min((j + 1) * chunk, L)). Sub-run y owns inputs and outputs [i0, i1) = the y-th ceil(chunk / W)
-// positions of the chunk (empty past c_hi), and the state's inputs when j = y = 0.
-// Outputs t = i0 + lo - (KT - 1) .. i1 - 1 + lo pass by in order; after output t,
-// input t - lo has all its contributions (dxacc[0]) and is stored. The W sub-runs'
-// filter and bias partials are summed in shared memory in the order y = 0 .. W - 1
-// and written once to the chunk's slot. 5 blocks of 128 threads an SM: ptxas (sm_90)
-// fits every instance conv1d_cuda.cu launches (2 channels, U = 3, W = 4) in the 96
-// registers this leaves, without spills (at 6 blocks, 80 registers, the K = 3 and 4
-// instances spill).
-template <typename T, int V, int KT, int U, int W>
-__global__ void __launch_bounds__(32 * W, 5) conv1d_bwd_window_split(
+// Backward, K = KT, dilation 1: each chunk of the filter-gradient slots split over W
+// warps. Block (32, W): threadIdx.x picks the channels, threadIdx.y the sub-run, of
+// one chunk [c_lo, c_hi) = [j * chunk, min((j + 1) * chunk, L)). Sub-run y owns
+// inputs and outputs [i0, i1) = the y-th ceil(chunk / W) positions of the chunk
+// (empty past c_hi), and the state's inputs when j = y = 0. Outputs
+// t = i0 + lo - (KT - 1) .. i1 - 1 + lo pass by in order, U of x and dy loaded ahead;
+// after output t, input t - lo has all its contributions (dxacc[0]) and is stored.
+// The W sub-runs' filter and bias partials are summed in shared memory in the order
+// y = 0 .. W - 1 and written once to the chunk's slot. Seg = false keeps no segment
+// ids in registers.
+template <typename T, int V, int KT, int U, int W, int MinBlocks, bool Seg>
+__global__ void __launch_bounds__(32 * W, MinBlocks) conv1d_bwd_window_split(
     const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, const int32_t* __restrict__ seg,
     const T* __restrict__ state, const T* __restrict__ dy, T* __restrict__ dx, T* __restrict__ dstate,
     float* __restrict__ dw_part, float* __restrict__ db_part, Conv1dParams p) {
@@ -422,7 +349,7 @@ __global__ void __launch_bounds__(32 * W, 5) conv1d_bwd_window_split(
 #pragma unroll
     for (int k = 0; k < KT - 1; ++k) {
       win[k] = in.input(t_begin - lo + k, c0);
-      sw[k] = in.seg_at(t_begin - lo + k);
+      sw[k] = seg_if<Seg>(in, t_begin - lo + k);
     }
     for (int64_t t = t_begin; t < t_end; t += U) {
       Pack<T, V> g[U];
@@ -431,11 +358,11 @@ __global__ void __launch_bounds__(32 * W, 5) conv1d_bwd_window_split(
       for (int u = 0; u < U; ++u) {
         const int64_t pos = t - lo + KT - 1 + u;
         win[KT - 1 + u] = in.input(pos, c0);
-        sw[KT - 1 + u] = in.seg_at(pos);
+        sw[KT - 1 + u] = seg_if<Seg>(in, pos);
         const int64_t tt = t + u;
         const bool exists = tt >= 0 && tt < p.length && tt < t_end;
         g[u] = exists ? *reinterpret_cast<const Pack<T, V>*>(dyrow + tt * p.channels) : zero_pack<T, V>();
-        sout[u] = in.seg_at(tt);
+        sout[u] = seg_if<Seg>(in, tt);
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {

@@ -1,10 +1,11 @@
 """CPU model of the 1-D window kernels' loops (csrc/conv1d/conv1d_kernels.cuh).
 
-conv1d_fwd_window and the backward window kernels walk a run of positions with a
+conv1d_fwd_window and the backward window kernel walk a run of positions with a
 register window, a halo, U positions loaded ahead and, backward, an input gradient
-that is stored once all its contributions have passed. bwd_window with warps = 1 is
-conv1d_bwd_window (one run a thread); with warps > 1, conv1d_bwd_window_split (each
-chunk split over that many warps, their partials summed in warp order). This repeats those loops step for
+that is stored once all its contributions have passed; bwd_window is
+conv1d_bwd_window_split with `warps` sub-runs a chunk (the library launches 4; 1-4
+are checked), their partials summed in warp order. conv1d_fwd_plain (no segments,
+no state) loads a run's R + K - 1 inputs at once. This repeats those loops step for
 step (the same index arithmetic, the same run ownership, vectorized over channels
 only) and checks them, by brute force over small problems with runs shorter than
 the sequence, against a direct sum, with segments and states. A run that stored an
@@ -58,6 +59,22 @@ def fwd_window(row, w, b, lo, run_len, kt, u_ahead):
           assert np.isnan(y[t + u]).all(), "output stored twice"
           y[t + u] = acc
       win[:kt - 1], sw[:kt - 1] = win[u_ahead:u_ahead + kt - 1], sw[u_ahead:u_ahead + kt - 1]
+  return y
+
+
+def fwd_plain(row, w, b, lo, run_len, kt):
+  assert row.seg is None and row.state_len == 0
+  y = np.full(row.x.shape, np.nan)
+  for run in range((row.length + run_len - 1) // run_len):
+    t0 = run * run_len
+    win = []
+    for j in range(run_len + kt - 1):
+      pos = t0 - lo + j
+      win.append(row.x[pos] if 0 <= pos < row.length else np.zeros(row.x.shape[1]))
+    for r in range(run_len):
+      if t0 + r < row.length:
+        assert np.isnan(y[t0 + r]).all(), "output stored twice"
+        y[t0 + r] = b + sum(w[k] * win[r + k] for k in range(kt))
   return y
 
 
@@ -154,6 +171,8 @@ def main():
       w, b, dy = rng.standard_normal((kt, c)), rng.standard_normal(c), rng.standard_normal((length, c))
       y_ref, dx_ref, ds_ref, dw_ref, db_ref = direct(row, w, b, lo, dy)
       y = fwd_window(row, w, b, lo, run_len, kt, u_ahead)
+      if not (with_state or with_seg):
+        assert np.allclose(fwd_plain(row, w, b, lo, run_len, kt), y_ref, atol=1e-9), f"plain y differs: K={kt} L={length} run={run_len} lo={lo}"
       warps = 1 + checked % 4  # 1-4 sub-runs a chunk: also ones that do not divide it
       dx, ds, dw, db = bwd_window(row, w, dy, lo, run_len, kt, u_ahead, warps)
       what = (f"K={kt} L={length} run={run_len} U={u_ahead} warps={warps} lo={lo} state={with_state} "

@@ -1,0 +1,174 @@
+// Kernel-level timing of candidate geometries of the 1-D kernels (conv1d_kernels.cuh),
+// bf16, K = 4, bias + SiLU (Mamba's), no segments or state, at Mamba-style sizes:
+// median of 20 launches after 3 warm-up, cudaEvent timed, U(-1, 1) data. Each
+// variant's output is compared with the first variant's of its pass (the forward and
+// the input gradient bit for bit, the summed filter gradient to 1e-5 relative), so a
+// geometry that drops or repeats a position shows. Build and run:
+//   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc -Itests/cuda \
+//        benchmarks/cuda/time_conv1d.cu -o time_conv1d && ./time_conv1d
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "conv1d/conv1d_kernels.cuh"
+#include "harness.cuh"
+
+using flashdwc::Conv1dParams;
+using namespace flashdwc::conv1d_cuda;
+using T = __nv_bfloat16;
+constexpr int K = 4;
+
+struct Problem {
+  Conv1dParams p;
+  DeviceBuffer<T> x, w, b, dy;
+  Problem(int64_t n, int64_t l, int64_t c) : x(n * l * c), w(K * c), b(c), dy(n * l * c) {
+    p = Conv1dParams{n, l, c, K, 1, K - 1, 0, 128, true, false, flashdwc::Activation::kSilu};
+    x.fill_uniform(1u);
+    w.fill_uniform(2u);
+    b.fill_uniform(3u);
+    dy.fill_uniform(4u);
+  }
+  int64_t elems() const { return p.batch * p.length * p.channels; }
+};
+
+// One forward geometry: V channels a thread, U loads ahead, `run` positions a thread.
+template <int V, int U, int MinBlocks, bool Seg>
+void fwd_window(const char* name, Problem& pr, int64_t run, std::vector<T>* ref) {
+  const Conv1dParams& p = pr.p;
+  GuardedOutput<T> y(pr.elems());
+  const int64_t groups = p.channels / V, runs = (p.length + run - 1) / run;
+  const dim3 grid(unsigned((groups + 127) / 128 * runs * p.batch));
+  auto launch = [&] {
+    conv1d_fwd_window<T, V, K, U, MinBlocks, Seg><<<grid, 128>>>(pr.x.get(), pr.w.get(), pr.b.get(), nullptr,
+                                                                 nullptr, y.get(), p, run);
+  };
+  const float ms = median_launch_ms(launch, 3, 20);
+  const std::vector<T> got = y.download();
+  bool same = y.guards_intact();
+  if (ref->empty()) *ref = got;
+  for (size_t i = 0; same && i < got.size(); ++i) same = memcmp(&got[i], &(*ref)[i], sizeof(T)) == 0;
+  const double bytes = 2.0 * pr.elems() * sizeof(T);
+  std::printf("fwd %-28s %lldx%lldx%lld %.4f ms %.2f TB/s %s %s\n", name, (long long)p.batch, (long long)p.length,
+              (long long)p.channels, ms, bytes / ms / 1e9, same ? "same" : "DIFFERS",
+              cudaGetErrorString(cudaGetLastError()));
+}
+
+template <int V, int R, int MinBlocks>
+void fwd_plain(const char* name, Problem& pr, std::vector<T>* ref) {
+  const Conv1dParams& p = pr.p;
+  GuardedOutput<T> y(pr.elems());
+  const int64_t groups = p.channels / V, runs = (p.length + R - 1) / R;
+  const dim3 grid(unsigned((groups + 127) / 128 * runs * p.batch));
+  auto launch = [&] {
+    conv1d_fwd_plain<T, V, K, R, MinBlocks, flashdwc::Activation::kSilu>
+        <<<grid, 128>>>(pr.x.get(), pr.w.get(), pr.b.get(), y.get(), p);
+  };
+  const float ms = median_launch_ms(launch, 3, 20);
+  const std::vector<T> got = y.download();
+  bool same = y.guards_intact();
+  for (size_t i = 0; same && i < got.size(); ++i) same = memcmp(&got[i], &(*ref)[i], sizeof(T)) == 0;
+  const double bytes = 2.0 * pr.elems() * sizeof(T);
+  std::printf("fwd %-28s %lldx%lldx%lld %.4f ms %.2f TB/s %s %s\n", name, (long long)p.batch, (long long)p.length,
+              (long long)p.channels, ms, bytes / ms / 1e9, same ? "same" : "DIFFERS",
+              cudaGetErrorString(cudaGetLastError()));
+}
+
+// The filter gradient summed over the slots, in double.
+std::vector<double> summed_dw(const DeviceBuffer<float>& part, int64_t slots, int64_t c) {
+  const std::vector<float> h = part.download();
+  std::vector<double> s(K * c, 0.0);
+  for (int64_t j = 0; j < slots; ++j)
+    for (int64_t i = 0; i < K * c; ++i) s[i] += h[j * K * c + i];
+  return s;
+}
+
+struct BwdRef {
+  std::vector<T> dx;
+  std::vector<double> dw;
+};
+
+void bwd_check(const char* name, Problem& pr, float ms, const GuardedOutput<T>& dx, const DeviceBuffer<float>& dw,
+               BwdRef* ref) {
+  const Conv1dParams& p = pr.p;
+  const std::vector<T> got = dx.download();
+  const std::vector<double> gw = summed_dw(dw, p.batch * p.chunks_per_row(), p.channels);
+  bool same = dx.guards_intact();
+  if (ref->dx.empty()) ref->dx = got, ref->dw = gw;
+  for (size_t i = 0; same && i < got.size(); ++i) same = memcmp(&got[i], &ref->dx[i], sizeof(T)) == 0;
+  double err = 0.0, mag = 0.0;
+  for (size_t i = 0; i < gw.size(); ++i) err = std::max(err, std::fabs(gw[i] - ref->dw[i])), mag = std::max(mag, std::fabs(ref->dw[i]));
+  const bool dw_ok = err <= 1e-5 * mag;
+  const double bytes = 3.0 * pr.elems() * sizeof(T);
+  std::printf("bwd %-28s %lldx%lldx%lld %.4f ms %.2f TB/s dx %s dw %s %s\n", name, (long long)p.batch,
+              (long long)p.length, (long long)p.channels, ms, bytes / ms / 1e9, same ? "same" : "DIFFERS",
+              dw_ok ? "ok" : "DIFFERS", cudaGetErrorString(cudaGetLastError()));
+}
+
+template <int V, int U, int W, int MinBlocks, bool Seg>
+void bwd_split(const char* name, Problem& pr, BwdRef* ref) {
+  const Conv1dParams& p = pr.p;
+  GuardedOutput<T> dx(pr.elems());
+  DeviceBuffer<float> dw(p.batch * p.chunks_per_row() * K * p.channels), db(p.batch * p.chunks_per_row() * p.channels);
+  const dim3 grid(unsigned((p.channels + 32 * V - 1) / (32 * V) * p.chunks_per_row() * p.batch)), block(32, W);
+  auto launch = [&] {
+    conv1d_bwd_window_split<T, V, K, U, W, MinBlocks, Seg><<<grid, block>>>(
+        pr.x.get(), pr.w.get(), pr.b.get(), nullptr, nullptr, pr.dy.get(), dx.get(), nullptr, dw.get(), db.get(), p);
+  };
+  bwd_check(name, pr, median_launch_ms(launch, 3, 20), dx, dw, ref);
+}
+
+// Copy of the same bytes as the forward, for the roof on this card.
+__global__ void copy16(const int4* __restrict__ a, int4* __restrict__ b, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) b[i] = a[i];
+}
+
+// ./time_conv1d [SHAPE_INDEX]: every shape, or one (for Nsight Compute).
+int main(int argc, char** argv) {
+  const int64_t shapes[][3] = {{8, 2048, 1536}, {16, 2048, 1536}, {32, 2048, 1536}, {8, 2048, 5120},
+                               {16, 2048, 5120}, {32, 2048, 5120}};
+  const int only = argc > 1 ? std::atoi(argv[1]) : -1;
+  for (int si = 0; si < 6; ++si) {
+    if (only >= 0 && si != only) continue;
+    const auto& s = shapes[si];
+    Problem pr(s[0], s[1], s[2]);
+    {
+      DeviceBuffer<T> out(pr.elems());
+      const int64_t n16 = pr.elems() * int64_t(sizeof(T)) / 16;
+      const float ms = median_launch_ms(
+          [&] { copy16<<<132 * 16, 256>>>(reinterpret_cast<const int4*>(pr.x.get()), reinterpret_cast<int4*>(out.get()), n16); },
+          3, 20);
+      std::printf("copy %lldx%lldx%lld %.4f ms %.2f TB/s\n", (long long)s[0], (long long)s[1], (long long)s[2], ms,
+                  2.0 * pr.elems() * sizeof(T) / ms / 1e9);
+    }
+    std::vector<T> fref;
+    fwd_window<4, 4, 6, true>("window V4 U4 run16 mb6 seg", pr, 16, &fref);
+    fwd_window<4, 4, 6, false>("window V4 U4 run16 mb6", pr, 16, &fref);
+    fwd_window<4, 8, 4, false>("window V4 U8 run16 mb4", pr, 16, &fref);
+    fwd_window<4, 16, 3, false>("window V4 U16 run16 mb3", pr, 16, &fref);
+    fwd_window<4, 8, 4, false>("window V4 U8 run32 mb4", pr, 32, &fref);
+    fwd_window<8, 4, 4, false>("window V8 U4 run16 mb4", pr, 16, &fref);
+    fwd_window<8, 8, 3, false>("window V8 U8 run8 mb3", pr, 8, &fref);
+    fwd_window<2, 8, 6, false>("window V2 U8 run16 mb6", pr, 16, &fref);
+    fwd_window<2, 16, 6, false>("window V2 U16 run16 mb6", pr, 16, &fref);
+    fwd_plain<8, 8, 3>("plain V8 R8 mb3", pr, &fref);
+    fwd_plain<8, 4, 4>("plain V8 R4 mb4", pr, &fref);
+    fwd_plain<4, 16, 4>("plain V4 R16 mb4", pr, &fref);
+    fwd_plain<4, 8, 5>("plain V4 R8 mb5", pr, &fref);
+    fwd_plain<4, 8, 6>("plain V4 R8 mb6", pr, &fref);
+    fwd_plain<2, 16, 7>("plain V2 R16 mb7", pr, &fref);
+    fwd_plain<2, 32, 5>("plain V2 R32 mb5", pr, &fref);
+    BwdRef bref;
+    bwd_split<2, 3, 4, 5, true>("split V2 U3 W4 mb5 seg", pr, &bref);
+    bwd_split<2, 3, 4, 5, false>("split V2 U3 W4 mb5", pr, &bref);
+    bwd_split<2, 4, 4, 6, false>("split V2 U4 W4 mb6", pr, &bref);
+    bwd_split<4, 3, 4, 4, false>("split V4 U3 W4 mb4", pr, &bref);
+    bwd_split<4, 4, 4, 4, false>("split V4 U4 W4 mb4", pr, &bref);
+    bwd_split<4, 2, 8, 2, false>("split V4 U2 W8 mb2", pr, &bref);
+    bwd_split<8, 2, 4, 2, false>("split V8 U2 W4 mb2", pr, &bref);
+  }
+  return 0;
+}
