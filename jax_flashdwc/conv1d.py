@@ -4,10 +4,11 @@ The short causal depthwise conv of Mamba, Hyena and similar blocks, channel-last
 with packed sequences (segment_ids), chunked prefill (initial_state and
 final_state) and one-token decoding (depthwise_conv1d_update).
 
-Routes: problems with segment_ids or an initial_state (stride 1, one output per
-input) run the 1-D kernels (_conv1d_ops.py); the rest run the 2-D kernels as H = 1
-(PLAIN_ON_1D_KERNELS says why); implementation="xla" runs lax's conv, or the jnp tap loop of
-_conv1d_xla.py where segments or a state are given. The final state is a slice
+Routes: stride-1 problems with one output per input run the 1-D kernels
+(_conv1d_ops.py; for those without segment_ids or an initial_state,
+PLAIN_ON_1D_KERNELS says why); the rest run the 2-D kernels as H = 1;
+implementation="xla" runs lax's conv, or the jnp tap loop of _conv1d_xla.py where
+segments or a state are given. The final state is a slice
 of the inputs, taken in jnp; the decoding step is elementwise work XLA fuses.
 """
 
@@ -26,15 +27,22 @@ _FLOAT64 = jnp.dtype(jnp.float64)
 
 # Whether problems without segment_ids and initial_state, which the 2-D kernels
 # also run (as H = 1), take the 1-D kernels instead where those apply (stride 1,
-# one output per input). Measured on an H100 80GB HBM3 (bf16, K = 4,
-# benchmarks/bench_conv1d.py, docs/conv1d.md): the 1-D forward is at or ahead of the
-# 2-D path (0.94-1.00 of its time, 16k-32k tokens, C = 1536 and 5120) and the 1-D
-# filter gradient 0.58-0.59 of its time at C = 1536, but the 2-D input gradient takes
-# 0.62-0.68 of the 1-D backward's time, and forward + backward splits: 1-D ahead at
-# C = 1536 (0.76-0.82 of the 2-D time), behind at C = 5120 (1.17, with the former 1-D
-# forward). Plain problems stay on the 2-D path until one build is timed end to end
-# on both. Set True to run them on the 1-D kernels.
-PLAIN_ON_1D_KERNELS = False
+# one output per input). Measured on an H100 80GB HBM3 (bf16, K = 4, bias + SiLU,
+# 16k-32k tokens x 1536 and 5120 channels; benchmarks/results/conv1d_h100_80gb_hbm3.csv):
+# forward + backward on the 1-D kernels takes 0.53-0.82 of the 2-D path's time, the
+# forward 0.62-1.03, the filter gradient alone 0.43-0.78; the input gradient alone is
+# the one pass where the 2-D path is ahead (its time 0.85-1.00 of the 1-D backward's,
+# which forms every gradient). Only K = 2-4 at dilation 1 was timed (_plain_on_1d_kernels).
+# Set False to run them all on the 2-D kernels.
+PLAIN_ON_1D_KERNELS = True
+
+
+def _plain_on_1d_kernels(spec: Conv1DSpec) -> bool:
+  """Whether a problem without segments or state runs the 1-D kernels: the measured
+  window kernels (K = 2-4, dilation 1) when PLAIN_ON_1D_KERNELS; longer or dilated
+  filters, whose 1-D kernel rereads taps through the caches and was not timed against
+  the 2-D path, stay on it."""
+  return PLAIN_ON_1D_KERNELS and spec.dilation == 1 and 2 <= spec.kernel_size <= 4
 
 
 def _kernels_apply(spec: Conv1DSpec, x) -> bool:
@@ -128,7 +136,7 @@ def depthwise_conv1d(
   if jnp.dtype(x.dtype) == _FLOAT64:
     implementation = "xla"
   general = segment_ids is not None or initial_state is not None
-  if implementation != "xla" and _kernels_apply(spec, x) and (general or PLAIN_ON_1D_KERNELS):
+  if implementation != "xla" and _kernels_apply(spec, x) and (general or _plain_on_1d_kernels(spec)):
     y = _via_1d_kernels(x, kernel, spec, bias, activation, segment_ids, initial_state)
   elif segment_ids is not None:
     y = _conv1d_xla.conv1d(x, kernel, spec, bias, activation, segment_ids, initial_state)

@@ -137,14 +137,13 @@ def _pads(padding, length, k, stride, dilation):
   return tuple(padding)
 
 
-@pytest.fixture(params=["default", "1d"])
+@pytest.fixture(params=["1d", "2d"])
 def plain_route(request, monkeypatch):
-  """Problems without segments or state run where conv1d.PLAIN_ON_1D_KERNELS says
-  ("default") and, in a second run, on the 1-D kernels ("1d"), so that both routes
-  stay tested whichever is the default."""
+  """Problems without segments or state run on the 1-D kernels ("1d") and, in a second
+  run, on the 2-D kernels as H = 1 ("2d"), so that both routes stay tested whichever
+  conv1d.PLAIN_ON_1D_KERNELS makes the default."""
   from jax_flashdwc import conv1d
-  if request.param == "1d":
-    monkeypatch.setattr(conv1d, "PLAIN_ON_1D_KERNELS", True)
+  monkeypatch.setattr(conv1d, "PLAIN_ON_1D_KERNELS", request.param == "1d")
   return request.param
 
 
@@ -592,6 +591,17 @@ def test_runs_the_1d_kernels(segments, device, plain_route):
     assert _custom_calls(step, x, w, b) == {"flashdwc_conv1d_fwd": 1, "flashdwc_conv1d_bwd": 1}
   xla = lambda x, w, b: depthwise_conv1d(x, w, bias=b, segment_ids=seg, implementation="xla")
   assert not _custom_calls(xla, x, w, b)
+
+
+@pytest.mark.parametrize("k, dilation", [(6, 1), (4, 2)])
+def test_plain_long_or_dilated_filters_stay_on_the_2d_kernels(k, dilation, device, monkeypatch):
+  """Without segments or state, only K = 2-4 at dilation 1 (the timed window kernels)
+  takes the 1-D kernels under PLAIN_ON_1D_KERNELS; other filters run the 2-D kernels."""
+  from jax_flashdwc import conv1d
+  monkeypatch.setattr(conv1d, "PLAIN_ON_1D_KERNELS", True)
+  x, w = put(np.ones((2, 20, 8), np.float32), device), put(np.ones((k, 1, 8), np.float32), device)
+  calls = _custom_calls(lambda x, w: depthwise_conv1d(x, w, kernel_dilation=dilation), x, w)
+  assert calls and not any(name.startswith("flashdwc_conv1d") for name in calls), calls
 
 
 def test_vmap_matches_loop(device):
