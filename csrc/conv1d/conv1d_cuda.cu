@@ -15,7 +15,7 @@ using namespace conv1d_cuda;
 
 // Launch geometry, from kernel-level timings of every candidate geometry in one run
 // (benchmarks/cuda/time_conv1d.cu; H100 80GB HBM3, bf16, K = 4, bias + SiLU, 16k-64k
-// tokens x 1536 and 5120 channels; docs/design-notes.md has the table). More loads in
+// tokens x 1536 and 5120 channels; docs/conv1d.md has the table). More loads in
 // flight per thread only paid where the registers they cost left the SM as many
 // threads: 8 or 16 ahead at 3-4 blocks an SM were slower than 4 ahead at 6.
 //
@@ -33,7 +33,7 @@ constexpr int kFwdBlocks = 6;
 constexpr int kFwdChannels = 4;
 // Backward (conv1d_bwd_window_split): 4 channels a thread, 3 of x and dy loaded
 // ahead, each 128-position chunk (Conv1dParams::chunk) split over 4 warps, 4 blocks
-// of 128 an SM: 0.75-0.77 of the time of the former 2-channel geometry and 0.67-0.84
+// of 128 an SM: 0.75-0.77 of the time of the former 2-channel geometry and 0.66-0.84
 // of the former one-run-a-thread kernel (16 bytes of channels, 128 positions, 251
 // registers) at every shape, 0.85-0.91 TB/s of x, dy and dx. ptxas (sm_90): 101-126
 // registers without segments; with them the K = 4 instances spill at 128 (4 blocks),
@@ -171,9 +171,12 @@ template <typename T>
 cudaError_t run_conv1d_fwd(const Conv1dParams& p, const T* x, const T* w, const T* bias, const int32_t* seg,
                            const T* state, T* y, cudaStream_t stream) {
   if (p.batch * p.length * p.channels == 0) return cudaSuccess;
+  // A zero-size buffer's address is arbitrary: it must not force the scalar path.
   if (p.state_len == 0) state = nullptr;
+  if (!p.has_bias) bias = nullptr;
   constexpr int kV = vector_width<T, kFwdChannels>();
-  if (use_vectors<T, kV>(p, {x, state, y})) {
+  // The plain kernel also reads the filter and bias as vectors.
+  if (use_vectors<T, kV>(p, {x, state, y, w, bias})) {
     return fwd_with<T, kV>(p, x, w, bias, seg, state, y, stream);
   }
   return fwd_with<T, 1>(p, x, w, bias, seg, state, y, stream);
