@@ -15,7 +15,9 @@ issued ahead of the step) and fed to examples/train.py's jitted step. The same
 step is then timed on one batch that stays on the device. Both loops run
 --steps steps after --warmup steps, and end on a block_until_ready, so each
 time is the wall time of a step as a training run sees it; `slowdown` is
-pipeline over resident (1.00 = the pipeline costs nothing).
+pipeline over resident (1.00 = the pipeline costs nothing). `input_host_ms` and
+`input_device_ms` time the pipeline alone, without the model: batches read on the
+host, and batches through DeviceIterator onto the devices.
 """
 
 from __future__ import annotations
@@ -55,6 +57,30 @@ def timed_steps(train_step, variables, opt_state, batches, warmup, steps):
     variables, opt_state, loss, _ = train_step(variables, opt_state, x, y)
   loss.block_until_ready()
   return (time.perf_counter() - start) / steps, variables, opt_state, float(loss)
+
+
+def input_alone_ms(make_dataset, sharding, depth, warmup, steps):
+  """ms a batch of the input pipeline without the model: read on the host, and
+  through data.DeviceIterator onto the devices (each batch waited for), each from a
+  fresh pipeline; which of the two is slow locates a bottleneck the step shows."""
+  host = iter(make_dataset())
+  for _ in range(warmup):
+    next(host)
+  start = time.perf_counter()
+  for _ in range(steps):
+    next(host)
+  host_ms = 1e3 * (time.perf_counter() - start) / steps
+  if hasattr(host, "close"):
+    host.close()
+  fed = data.DeviceIterator(make_dataset(), sharding, depth=depth)
+  for _ in range(warmup):
+    jax.block_until_ready(next(fed))
+  start = time.perf_counter()
+  for _ in range(steps):
+    jax.block_until_ready(next(fed))
+  device_ms = 1e3 * (time.perf_counter() - start) / steps
+  fed.close()
+  return host_ms, device_ms
 
 
 def main(argv=None):
@@ -108,10 +134,9 @@ def main(argv=None):
     opt_state = jax.jit(optimizer.init, out_shardings=replicated)(variables["params"])
     train_step = make_train_step(model, optimizer)
 
-    pipeline = data.DeviceIterator(
-        data.train_dataset(source, image_size=args.image_size, batch_size=args.batch, workers=args.workers,
-                           read_threads=args.read_threads),
-        sharding, depth=args.prefetch)
+    make_dataset = lambda: data.train_dataset(source, image_size=args.image_size, batch_size=args.batch,
+                                              workers=args.workers, read_threads=args.read_threads)
+    pipeline = data.DeviceIterator(make_dataset(), sharding, depth=args.prefetch)
     from_pipeline = ((b["image"], b["label"]) for b in pipeline)
     first = next(pipeline)
     resident = iter(lambda: (first["image"], first["label"]), None)
@@ -125,12 +150,16 @@ def main(argv=None):
     t_pipeline, variables, opt_state, loss = timed_steps(train_step, variables, opt_state, from_pipeline,
                                                          args.warmup, args.steps)
     pipeline.close()
+    host_ms, device_ms = input_alone_ms(make_dataset, sharding, args.prefetch, args.warmup, args.steps)
+    print(f"input alone: {host_ms:.2f} ms a batch read on the host, {device_ms:.2f} ms onto the devices",
+          flush=True)
 
   row = {"model": args.model, "conv": args.conv, "batch": args.batch, "image_size": args.image_size,
          "dtype": "bfloat16" if args.bf16 else "float32", "workers": args.workers,
          "read_threads": args.read_threads, "steps": args.steps,
          "resident_ms": f"{1e3 * t_resident:.2f}", "pipeline_ms": f"{1e3 * t_pipeline:.2f}",
          "slowdown": f"{t_pipeline / t_resident:.3f}", "images_per_s": f"{args.batch / t_pipeline:.0f}",
+         "input_host_ms": f"{host_ms:.2f}", "input_device_ms": f"{device_ms:.2f}",
          "final_loss": f"{loss:.4f}", **provenance()}
   print(", ".join(f"{k}={v}" for k, v in row.items()))
   if args.out:

@@ -1,5 +1,6 @@
 """The examples run and learn (a short smoke run on the host devices)."""
 
+import csv
 import importlib.util
 import os
 import sys
@@ -95,3 +96,5 @@ def test_pipeline_benchmark_compiles_the_step_once(tmp_path, caplog):
   compiles = [r for r in caplog.records if "XLA compilation of jit(train_step)" in r.getMessage()]
   assert len(compiles) == 1, [r.getMessage() for r in compiles]  # the state is placed as the step returns it
   assert len(list(data_dir.rglob("*.jpg"))) == 8 and out.exists()  # written where --data-dir did not exist
+  row = next(csv.DictReader(out.open()))
+  assert float(row["input_host_ms"]) > 0 and float(row["input_device_ms"]) > 0
