@@ -191,15 +191,17 @@ def check_conv1d(x, kernel, *, padding, strides, kernel_dilation, bias, activati
   return spec
 
 
-def check_update(x_t, state, kernel, bias, activation) -> int:
+def check_update(x_t, state, kernel, bias, activation, implementation=None) -> int:
   """Checks every argument of depthwise_conv1d_update; returns K."""
+  check_implementation(implementation)
   _check_array("x_t", x_t)
   _check_array("state", state)
   if x_t.ndim != 2:
     raise ValueError(f"x_t must have rank 2 (N, C), one step of each sequence; got shape {tuple(x_t.shape)}")
-  _check_float_dtype("x_t", x_t.dtype, allow_float64=True)
+  allow_float64 = implementation != "flashdwc"
+  _check_float_dtype("x_t", x_t.dtype, allow_float64=allow_float64)
   n, channels = x_t.shape
-  k = check_kernel(kernel, channels, x_t.dtype, allow_float64=True)
+  k = check_kernel(kernel, channels, x_t.dtype, allow_float64=allow_float64)
   if tuple(state.shape) != (n, k - 1, channels):
     raise ValueError(f"state must have shape (N, K - 1, C) = {(n, k - 1, channels)}, the last K - 1 inputs "
                      f"oldest first; got {tuple(state.shape)}")

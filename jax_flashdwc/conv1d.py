@@ -153,6 +153,7 @@ def depthwise_conv1d_update(
     kernel: jax.Array,
     bias: jax.Array | None = None,
     activation: Literal["relu", "gelu", "gelu_tanh", "silu"] | None = None,
+    implementation: Literal["flashdwc", "xla"] | None = None,
 ) -> tuple[jax.Array, jax.Array]:
   """One decoding step of the causal convolution (dilation 1).
 
@@ -162,6 +163,10 @@ def depthwise_conv1d_update(
       final_state of `depthwise_conv1d(..., return_final_state=True)` or of the
       previous step (zeros for a new sequence).
     kernel: (K, 1, C) in x_t's dtype; bias, activation as in depthwise_conv1d.
+    implementation: None or "xla": the step in jnp, elementwise work XLA fuses
+      (21.8 µs for 64 x 5120 bf16 channels, K = 4, on an H100); "flashdwc": y_t
+      from the 1-D forward kernel at length 1 with the state as its initial state,
+      the new state by XLA (not yet timed on a GPU, so not the default).
 
   Returns:
     (y_t (N, C), new_state (N, K - 1, C)): y_t equals the causal convolution's
@@ -169,5 +174,10 @@ def depthwise_conv1d_update(
     Under ``jax.jit(depthwise_conv1d_update, donate_argnums=1)`` the new state
     reuses the old state's buffer.
   """
-  check_update(x_t, state, kernel, bias, activation)
-  return _conv1d_xla.conv1d_update(x_t, state, kernel, bias, activation)
+  k = check_update(x_t, state, kernel, bias, activation, implementation)
+  if implementation != "flashdwc":
+    return _conv1d_xla.conv1d_update(x_t, state, kernel, bias, activation)
+  y = depthwise_conv1d(x_t[:, None], kernel, bias=bias, activation=activation,
+                       initial_state=state if k > 1 else None, implementation="flashdwc")[:, 0]
+  new_state = jnp.concatenate([state[:, 1:], x_t[:, None]], axis=1) if k > 1 else state
+  return y, new_state

@@ -64,7 +64,7 @@ def _step(x_t, state, kernel, bias, layer, promote_dtype):
     raise ValueError("step needs kernel_dilation=1 and strides=1; the layer has "
                      f"kernel_dilation={layer.kernel_dilation!r}, strides={layer.strides!r}")
   x_t, kernel, bias, state = promote_dtype(x_t, kernel, bias, state, dtype=layer.dtype)
-  return depthwise_conv1d_update(x_t, state, kernel, bias, layer.activation)
+  return depthwise_conv1d_update(x_t, state, kernel, bias, layer.activation, layer.implementation)
 
 
 class CausalConv1D(linen.Module):

@@ -411,9 +411,10 @@ def test_chunk_starting_a_segment_takes_a_zero_state(device):
   np.testing.assert_allclose(np.concatenate([y1, y2], axis=1), y_whole, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("implementation", [None, "flashdwc"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("activation", [None, "silu"])
-def test_update_matches_causal_conv(activation, dtype, device):
+def test_update_matches_causal_conv(activation, dtype, implementation, device):
   """Prefill half a sequence, then decode the rest one step at a time under jit with
   the state donated: every step's output equals the whole causal conv's."""
   seed = fresh_seed()
@@ -424,7 +425,8 @@ def test_update_matches_causal_conv(activation, dtype, device):
   y_whole = depthwise_conv1d(put(x, device, dtype), wd, bias=bd, activation=activation)
   _, state = depthwise_conv1d(put(x[:, :7], device, dtype), wd, bias=bd, activation=activation,
                               return_final_state=True)
-  step = jax.jit(lambda x_t, s: depthwise_conv1d_update(x_t, s, wd, bd, activation), donate_argnums=1)
+  step = jax.jit(lambda x_t, s: depthwise_conv1d_update(x_t, s, wd, bd, activation, implementation),
+                 donate_argnums=1)
   z = numpy_conv1d(x, w, (k - 1, 0)) + b
   mag = numpy_conv1d(np.abs(x), np.abs(w), (k - 1, 0)) + np.abs(b)
   for t in range(7, length):
@@ -435,12 +437,24 @@ def test_update_matches_causal_conv(activation, dtype, device):
   assert y_whole.shape == (n, length, c)
 
 
-def test_update_with_k1_and_jit(device):
+@pytest.mark.parametrize("implementation", [None, "flashdwc"])
+def test_update_with_k1_and_jit(implementation, device):
   x_t = put(np.ones((2, 3), np.float32), device)
   w = put(np.full((1, 1, 3), 2.0, np.float32), device)
-  y, s = jax.jit(depthwise_conv1d_update)(x_t, put(np.zeros((2, 0, 3), np.float32), device), w)
+  step = jax.jit(lambda x_t, s, w: depthwise_conv1d_update(x_t, s, w, implementation=implementation))
+  y, s = step(x_t, put(np.zeros((2, 0, 3), np.float32), device), w)
   np.testing.assert_array_equal(np.asarray(y), 2.0)
   assert s.shape == (2, 0, 3)
+
+
+def test_update_on_the_kernels_runs_the_1d_forward(device):
+  """implementation='flashdwc' computes y_t with the 1-D forward custom call; the
+  default runs none."""
+  x_t, s = put(np.ones((2, 8), np.float32), device), put(np.ones((2, 3, 8), np.float32), device)
+  w = put(np.ones((4, 1, 8), np.float32), device)
+  ours = lambda x_t, s, w: depthwise_conv1d_update(x_t, s, w, activation="silu", implementation="flashdwc")
+  assert _custom_calls(ours, x_t, s, w) == {"flashdwc_conv1d_fwd": 1}
+  assert not _custom_calls(lambda x_t, s, w: depthwise_conv1d_update(x_t, s, w), x_t, s, w)
 
 
 # --- properties over random shapes (CPU) -------------------------------------
@@ -554,6 +568,7 @@ UPDATE_ERRORS = [
     (dict(kernel=jnp.zeros((3, 1, 5))), ValueError, "kernel has 5 channels"),
     (dict(bias=jnp.zeros((3,))), ValueError, "bias must have shape (C,)"),
     (dict(activation="swish"), ValueError, "activation must be None or one of"),
+    (dict(implementation="cudnn"), ValueError, "implementation must be None or one of"),
 ]
 
 
@@ -660,6 +675,7 @@ def test_benchmark_keeps_and_resumes_its_csv(tmp_path, monkeypatch):
     first = list(csv.DictReader(f))
   measured = [r for r in first if r["mode"] == "fwd"]
   assert {r["impl"] for r in measured} == {"flashdwc-1d", "xla"} and len(measured) >= 4
+  assert {r["impl"] for r in first if r["mode"] == "update"} == {"xla", "flashdwc-1d"}  # the decoding step, both ways
   dropped = {key(r) for r in measured[:2]}  # both implementations of the first shape
   with open(out, "w", newline="") as f:
     writer = csv.DictWriter(f, fieldnames=list(first[0]))
