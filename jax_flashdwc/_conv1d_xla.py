@@ -89,5 +89,11 @@ def conv1d_update(x_t, state, kernel, bias=None, activation=None):
   if bias is not None:
     acc = acc + bias.astype(jnp.float32)
   y = _activations.apply(activation, acc).astype(x_t.dtype)
-  new_state = jnp.concatenate([state[:, 1:], x_t[:, None].astype(state.dtype)], axis=1) if k > 1 else state
-  return y, new_state
+  return y, shifted_state(state, x_t)
+
+
+def shifted_state(state, x_t):
+  """The decoding state after one step: state (N, K - 1, C) shifted by one, x_t last."""
+  if state.shape[1] == 0:
+    return state
+  return jnp.concatenate([state[:, 1:], x_t[:, None].astype(state.dtype)], axis=1)

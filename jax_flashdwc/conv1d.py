@@ -179,5 +179,4 @@ def depthwise_conv1d_update(
     return _conv1d_xla.conv1d_update(x_t, state, kernel, bias, activation)
   y = depthwise_conv1d(x_t[:, None], kernel, bias=bias, activation=activation,
                        initial_state=state if k > 1 else None, implementation="flashdwc")[:, 0]
-  new_state = jnp.concatenate([state[:, 1:], x_t[:, None]], axis=1) if k > 1 else state
-  return y, new_state
+  return y, _conv1d_xla.shifted_state(state, x_t)
