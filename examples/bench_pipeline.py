@@ -15,7 +15,8 @@ issued ahead of the step) and fed to examples/train.py's jitted step. The same
 step is then timed on one batch that stays on the device. Both loops run
 --steps steps after --warmup steps, and end on a block_until_ready, so each
 time is the wall time of a step as a training run sees it; `slowdown` is
-pipeline over resident (1.00 = the pipeline costs nothing). `input_host_ms` and
+pipeline over resident (1.00 = the pipeline costs nothing); `input_wait_ms` is the
+part of a pipeline step the host spent waiting for the next batch. `input_host_ms` and
 `input_device_ms` time the pipeline alone, without the model: batches read on the
 host, and batches through DeviceIterator onto the devices.
 """
@@ -46,17 +47,23 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 
 def timed_steps(train_step, variables, opt_state, batches, warmup, steps):
-  """Seconds per step over `steps` steps after `warmup`; batches yields (x, y) on the device."""
+  """(seconds a step, seconds a step spent waiting in next(batches), variables,
+  opt_state, last loss) over `steps` steps after `warmup`; batches yields (x, y) on
+  the device. The wait locates a slow pipeline: the host blocked on the next batch
+  while the GPU ran the step in flight, or on the transfer."""
   for _ in range(warmup):
     x, y = next(batches)
     variables, opt_state, loss, _ = train_step(variables, opt_state, x, y)
   loss.block_until_ready()
+  waited = 0.0
   start = time.perf_counter()
   for _ in range(steps):
+    before = time.perf_counter()
     x, y = next(batches)
+    waited += time.perf_counter() - before
     variables, opt_state, loss, _ = train_step(variables, opt_state, x, y)
   loss.block_until_ready()
-  return (time.perf_counter() - start) / steps, variables, opt_state, float(loss)
+  return (time.perf_counter() - start) / steps, waited / steps, variables, opt_state, float(loss)
 
 
 def input_alone_ms(make_dataset, sharding, depth, warmup, steps):
@@ -143,13 +150,15 @@ def main(argv=None):
 
     # The resident loop first, so that it also carries the compilation.
     start = time.perf_counter()
-    t_resident, variables, opt_state, _ = timed_steps(train_step, variables, opt_state, resident,
+    t_resident, _, variables, opt_state, _ = timed_steps(train_step, variables, opt_state, resident,
                                                       args.warmup, args.steps)
     print(f"resident: {1e3 * t_resident:.2f} ms a step ({time.perf_counter() - start:.0f} s with compilation)",
           flush=True)
-    t_pipeline, variables, opt_state, loss = timed_steps(train_step, variables, opt_state, from_pipeline,
+    t_pipeline, t_wait, variables, opt_state, loss = timed_steps(train_step, variables, opt_state, from_pipeline,
                                                          args.warmup, args.steps)
     pipeline.close()
+    print(f"pipeline: {1e3 * t_pipeline:.2f} ms a step, {1e3 * t_wait:.2f} ms of it waiting for the next batch",
+          flush=True)
     host_ms, device_ms = input_alone_ms(make_dataset, sharding, args.prefetch, args.warmup, args.steps)
     print(f"input alone: {host_ms:.2f} ms a batch read on the host, {device_ms:.2f} ms onto the devices",
           flush=True)
@@ -159,7 +168,7 @@ def main(argv=None):
          "read_threads": args.read_threads, "steps": args.steps,
          "resident_ms": f"{1e3 * t_resident:.2f}", "pipeline_ms": f"{1e3 * t_pipeline:.2f}",
          "slowdown": f"{t_pipeline / t_resident:.3f}", "images_per_s": f"{args.batch / t_pipeline:.0f}",
-         "input_host_ms": f"{host_ms:.2f}", "input_device_ms": f"{device_ms:.2f}",
+         "input_wait_ms": f"{1e3 * t_wait:.2f}", "input_host_ms": f"{host_ms:.2f}", "input_device_ms": f"{device_ms:.2f}",
          "final_loss": f"{loss:.4f}", **provenance()}
   print(", ".join(f"{k}={v}" for k, v in row.items()))
   if args.out:

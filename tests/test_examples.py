@@ -98,3 +98,4 @@ def test_pipeline_benchmark_compiles_the_step_once(tmp_path, caplog):
   assert len(list(data_dir.rglob("*.jpg"))) == 8 and out.exists()  # written where --data-dir did not exist
   row = next(csv.DictReader(out.open()))
   assert float(row["input_host_ms"]) > 0 and float(row["input_device_ms"]) > 0
+  assert 0 <= float(row["input_wait_ms"]) <= float(row["pipeline_ms"])
