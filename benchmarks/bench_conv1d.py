@@ -9,7 +9,7 @@ Passes: fwd (y), dx (vjp in x), dw (vjp in w and b), fwd+bwd (value and gradient
 in x, w and b of sum(y * dy)), and the one-token decoding step (`update`).
 
 Timing: one jitted executable applies the op R times to R distinct input buffers
-(together larger than the L2 cache) and returns all R results, so host dispatch
+(together larger than the L2 cache; R from copies_for, about 2 ms of forward a call) and returns all R results, so host dispatch
 is paid once per R calls; after warm-up, the median of --repeats executions,
 divided by R. Bytes that must move (s = itemsize, T = N * L tokens): fwd reads x
 and writes y, 2 T C s; dx reads x (to recompute the SiLU's derivative) and dy and
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import os
 import statistics
 import time
@@ -118,6 +119,17 @@ def rel_err(a, b):
   a = np.asarray(jnp.asarray(a, jnp.float32), np.float64)
   b = np.asarray(jnp.asarray(b, jnp.float32), np.float64)
   return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
+
+
+def copies_for(tokens, channels, dtype, call_seconds=2e-3, max_copies=32, max_bytes=12e9):
+  """R for one shape: enough input sets that the fastest pass (the forward, assumed at
+  2.5 TB/s) runs about call_seconds a call, so the host's dispatch and sync, about
+  40-60 µs a call, stay near 2% of it (6 sets at 16k x 1536 are about 0.3 ms of
+  forward, of which that is 13-20%); at least
+  2, at most max_copies, and the sets (x and dy) within max_bytes."""
+  set_bytes = 2 * tokens * channels * jnp.dtype(dtype).itemsize
+  wanted = math.ceil(call_seconds / (set_bytes / 2.5e12))
+  return int(max(2, min(wanted, max_copies, max_bytes // set_bytes)))
 
 
 def make_inputs(key, n, length, c, k, dtype, copies):
@@ -215,7 +227,8 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--out", required=True, help="directory for conv1d.csv and conv1d.png")
   parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-  parser.add_argument("--copies", type=int, default=6, help="R: distinct input sets per executable")
+  parser.add_argument("--copies", type=int, default=None,
+                      help="R: distinct input sets per executable (default: copies_for(), about 2 ms of forward a call)")
   parser.add_argument("--repeats", type=int, default=7)
   parser.add_argument("--copy-tbs", type=float, default=4.18, help="the card's copy bandwidth, TB/s")
   parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
@@ -266,7 +279,8 @@ def main(argv=None):
             if any((n * length, c, k, str(dtype), m, impl) not in have for impl in args.impls)]
     if not todo or out_of_time():
       continue
-    data = make_inputs(key, n, length, c, k, dtype, args.copies)
+    copies = args.copies or copies_for(n * length, c, dtype)
+    data = make_inputs(key, n, length, c, k, dtype, copies)
     for mode in todo:
       if out_of_time():
         break
@@ -278,7 +292,7 @@ def main(argv=None):
       times = {}
       for impl, fn in fns.items():
         err = max(rel_err(g, r) for g, r in zip(first[impl], first["xla"])) if "xla" in first else float("nan")
-        seconds = time_executable(fn, data, args.repeats, warmup=1) / args.copies
+        seconds = time_executable(fn, data, args.repeats, warmup=1) / copies
         times[impl] = seconds
         moved = PASSES[mode] * n * length * c * dtype.itemsize
         rows.append({"tokens": n * length, "N": n, "L": length, "C": c, "K": k, "dtype": str(dtype), "mode": mode,
