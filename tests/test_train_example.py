@@ -68,6 +68,61 @@ def test_pipeline_is_deterministic_and_continues_from_a_saved_state():
   assert not _same(a, _take(other_seed, 6))
 
 
+class _StateCountingIterator:
+  """Wraps a Grain iterator and records when get_state() is asked before any batch."""
+
+  def __init__(self, iterator):
+    self.iterator, self.pulled, self.early_get_state = iterator, False, 0
+
+  def __next__(self):
+    self.pulled = True
+    return next(self.iterator)
+
+  def get_state(self):
+    self.early_get_state += not self.pulled
+    return self.iterator.get_state()
+
+  def set_state(self, state):
+    self.iterator.set_state(state)
+
+
+class _CountingDataset:
+  def __init__(self, dataset):
+    self.dataset, self.made = dataset, []
+
+  def __iter__(self):
+    self.made.append(_StateCountingIterator(iter(self.dataset)))
+    return self.made[-1]
+
+
+def test_device_iterator_resumes_at_the_first_batch_not_handed_out_without_asking_a_fresh_iterator():
+  """DeviceIterator's state is that of the first batch it has not handed out, before
+  any batch, between batches and after a restore; and it never asks a Grain iterator
+  for its state before the iterator's first batch (that makes Grain's worker
+  processes start one after another)."""
+  import jax
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+  data = _load("data")
+  source = data.SyntheticImages(40, 4, 20, seed=1)
+  sharding = NamedSharding(Mesh(np.array(jax.devices()[:1]), ("data",)), P())
+  make = lambda: _CountingDataset(data.train_dataset(source, image_size=16, batch_size=4, seed=3))
+  host = lambda batches: [{k: np.asarray(v) for k, v in b.items()} for b in batches]
+
+  reference = host(_take(data.DeviceIterator(make(), sharding, depth=2), 9))
+  dataset = make()
+  fed = data.DeviceIterator(dataset, sharding, depth=2)
+  at_start = fed.get_state()
+  assert _same(reference[:3], host(_take(fed, 3)))
+  after_three = fed.get_state()
+  assert _same(reference[3:5], host(_take(fed, 2)))
+  fed.set_state(after_three)
+  assert _same(reference[3:9], host(_take(fed, 6)))
+  fed.set_state(at_start)
+  assert _same(reference[:4], host(_take(fed, 4)))
+  assert len(dataset.made) == 2 and all(it.early_get_state == 0 for it in dataset.made)
+
+
 def test_worker_processes_give_the_same_batches():
   data = _load("data")
   source = data.SyntheticImages(24, 4, 20, seed=0)
