@@ -179,7 +179,7 @@ def plot(rows, path, copy_tbs):
   import matplotlib.pyplot as plt
   fig, axes = plt.subplots(1, len(MODES), figsize=(5 * len(MODES), 4.5), sharey=True)
   colors = {"flashdwc-1d": "tab:red", "flashdwc-2d": "tab:orange", "xla": "tab:blue"}
-  points = sorted({(r["tokens"], r["C"], r["K"]) for r in rows})
+  points = sorted({(r["tokens"], r["C"], r["K"]) for r in rows if r["mode"] in MODES})
   labels = [f"{t // 1024}k,{c},{k}" for t, c, k in points]
   for ax, mode in zip(np.atleast_1d(axes), MODES):
     for j, impl in enumerate(IMPLEMENTATIONS):
