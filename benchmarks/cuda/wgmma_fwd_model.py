@@ -12,7 +12,9 @@ It follows the kernel step by step on shared memory modelled as byte arrays:
     16w..16w + 15), B read through the descriptor's fields (start, LBO = K-direction
     core-matrix stride, SBO = N-direction stride, no swizzle), D into the accumulator
     fragment (d[4j + e] = D[16w + g + 8(e/2)][8j + 2tig + e%2]);
-  - store_tile's lane formula into yt, then from_planar back to NHWC.
+  - store_tile's lane formula into yt, then from_planar back to NHWC;
+  - separately, the two transpose kernels' loops (16-byte vectors on the global side,
+    a [64][tp] shared tile), checked against the array-level transposes above.
 Inputs are bf16 values; sums are float32 (as the tensor cores'), the output is rounded
 to bf16. Run: python benchmarks/cuda/wgmma_fwd_model.py
 """
@@ -222,6 +224,74 @@ def check(n, h, wd, c, k, rn, seed=0):
     return ok
 
 
+TRANSPOSE_CHANNELS = 64
+
+
+def tile_pitch(w_img):
+    return (w_img + 7) // 8 * 8 + 2
+
+
+def to_planar_kernel(x_bits, pw, wpad):
+    """to_planar_kernel's loops: per block (h, n, 64 channels) 8 channels of a pixel
+    into the tile, then 8 columns of a channel row out, zeros outside the image."""
+    n_img, h_img, w_img, c_all = x_bits.shape
+    tp = tile_pitch(w_img)
+    xt = np.full((c_all, n_img, h_img, wpad), 0xFFFF, np.uint16)  # poisoned: every element must be written
+    for h in range(h_img):
+        for n in range(n_img):
+            for c0 in range(0, c_all, TRANSPOSE_CHANNELS):
+                tile = np.full(TRANSPOSE_CHANNELS * tp, 0xBEEF, np.uint16)  # shared memory is not zeroed
+                for i in range(8 * w_img):
+                    w, j = i // 8, i % 8
+                    v = x_bits[n, h, w, c0 + 8 * j:c0 + 8 * j + 8]
+                    for e in range(8):
+                        tile[(8 * j + e) * tp + w] = v[e]
+                for i in range(TRANSPOSE_CHANNELS * (wpad // 8)):
+                    cc, q = i // (wpad // 8), i % (wpad // 8)
+                    for e in range(8):
+                        w = 8 * q + e - pw
+                        xt[c0 + cc, n, h, 8 * q + e] = tile[cc * tp + w] if 0 <= w < w_img else 0
+    return xt
+
+
+def from_planar_kernel(yt, w_img):
+    """from_planar_kernel's loops: 8 columns of a channel row into the tile, then 8
+    channels of a pixel out."""
+    c_all, n_img, h_img, wy = yt.shape
+    tp = tile_pitch(w_img)
+    chunks = (w_img + 7) // 8
+    assert 8 * chunks <= wy
+    y = np.full((n_img, h_img, w_img, c_all), 0xFFFF, np.uint16)
+    for h in range(h_img):
+        for n in range(n_img):
+            for c0 in range(0, c_all, TRANSPOSE_CHANNELS):
+                tile = np.full(TRANSPOSE_CHANNELS * tp, 0xBEEF, np.uint16)
+                for i in range(TRANSPOSE_CHANNELS * chunks):
+                    cc, q = i // chunks, i % chunks
+                    tile[cc * tp + 8 * q:cc * tp + 8 * q + 8] = yt[c0 + cc, n, h, 8 * q:8 * q + 8]
+                for i in range(8 * w_img):
+                    w, j = i // 8, i % 8
+                    for e in range(8):
+                        y[n, h, w, c0 + 8 * j + e] = tile[(8 * j + e) * tp + w]
+    return y
+
+
+def check_transposes(n, h, w_img, c, k, seed=0):
+    rng = np.random.default_rng(seed)
+    x_bits = rng.integers(0, 0x7F80, (n, h, w_img, c)).astype(np.uint16)
+    pw, nq = k // 2, nq_for(k)
+    wt = (w_img + UNIT_W - 1) // UNIT_W
+    wpad, wy = UNIT_W * wt + 16 * nq - 8, UNIT_W * wt
+    want = np.zeros((c, n, h, wpad), np.uint16)
+    want[:, :, :, pw:pw + w_img] = x_bits.transpose(3, 0, 1, 2)
+    xt = to_planar_kernel(x_bits, pw, wpad)
+    yt = np.full((c, n, h, wy), 0x1234, np.uint16)
+    yt[:, :, :, :w_img] = x_bits.transpose(3, 0, 1, 2)
+    ok = np.array_equal(xt, want) and np.array_equal(from_planar_kernel(yt, w_img), x_bits)
+    print(f"transposes N,H,W,C = {n},{h},{w_img},{c} k{k}: {'PASS' if ok else 'FAIL'}", flush=True)
+    return ok
+
+
 if __name__ == "__main__":
     cases = [
         (9, 20, 64, 1, 7, 16),   # 8 images a block + one more block, two tiles
@@ -232,5 +302,7 @@ if __name__ == "__main__":
         (2, 33, 24, 2, 13, 8),   # two channels, three tiles
     ]
     ok = all([check(*cs) for cs in cases])
+    transpose_cases = [(1, 2, 64, 64, 31), (2, 1, 5, 128, 17), (1, 2, 70, 64, 51), (1, 1, 130, 64, 7)]
+    ok = all([check_transposes(*cs) for cs in transpose_cases]) and ok
     print("ALL PASS" if ok else "SOME FAILED")
     raise SystemExit(0 if ok else 1)
