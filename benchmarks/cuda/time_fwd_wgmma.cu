@@ -7,11 +7,13 @@
 //        -o build/time_fwd_wgmma benchmarks/cuda/time_fwd_wgmma.cu
 // Run: ./build/time_fwd_wgmma        (exit status 0 only if every check passed)
 //
-// Status: stand-alone, not called by the library. Run on an H100 80GB HBM3, where the
-// one-wgmma unit tests (including the LBO/SBO reading) and every point passed; the
-// figures are in docs/design-notes.md ("Hopper wgmma forward") and
-// benchmarks/results/wgmma_fwd_h100_80gb_hbm3.txt. benchmarks/cuda/wgmma_fwd_model.py
-// checks the index mapping on the CPU.
+// Status: stand-alone, not called by the library. Run on an H100 80GB HBM3 with the
+// former transposes (every point passed; benchmarks/results/wgmma_fwd_h100_80gb_hbm3.txt)
+// and on an H200 with these (every point with C % 64 == 0 passed; the partial last
+// channel block, for C = 32 and 96, has run only in the CPU model:
+// benchmarks/results/wgmma_fwd_h200.txt). docs/design-notes.md ("Hopper wgmma
+// forward") has the figures; benchmarks/cuda/wgmma_fwd_model.py checks the index
+// mapping and both transposes' loops on the CPU.
 //
 // ---- Mapping ------------------------------------------------------------------------
 // GEMV -> GEMM as in csrc/fwd/mma.cuh, with two changes.
@@ -277,8 +279,8 @@ __global__ void __launch_bounds__(kThreads) wgmma_unit_kernel(const __nv_bfloat1
 // side (a warp covers 4 pixels x 64 channels, four whole 128-byte lines) and 8
 // columns of one channel row on the planar side; the transpose happens in a shared
 // tile [64 channels][tp] of 2-byte elements, tp = W rounded up to 8, plus 2 (rows
-// start one bank apart). One block per (h, n, 64 channels); C % 64 == 0 (checked on
-// the host). The former kernels (one 2-byte element a thread, 32 channels a block)
+// start one bank apart). One block per (h, n, 64 channels), the last block of a row
+// taking C % 64 of them; C % 8 == 0 (checked on the host). The former kernels (one 2-byte element a thread, 32 channels a block)
 // took 1.2-1.3 ms for the pair at 128x64x64x256, 4-5x a copy of their bytes.
 constexpr int kTransposeChannels = 64;
 
@@ -290,10 +292,11 @@ __global__ void __launch_bounds__(256) to_planar_kernel(const __nv_bfloat16* __r
                                                         int w_img, int c_all, int pw, int wpad) {
   extern __shared__ uint16_t tile[];  // [64][tp]
   const int h = blockIdx.x, n = blockIdx.y, c0 = blockIdx.z * kTransposeChannels;
+  const int cb = min(kTransposeChannels, c_all - c0), vecs = cb / 8;
   const int tp = transpose_tile_pitch(w_img);
   const uint16_t* xs = reinterpret_cast<const uint16_t*>(x) + ((int64_t(n) * h_img + h) * w_img) * c_all + c0;
-  for (int i = threadIdx.x; i < 8 * w_img; i += blockDim.x) {
-    const int w = i / 8, j = i % 8;  // pixel w, channels 8j .. 8j + 7
+  for (int i = threadIdx.x; i < vecs * w_img; i += blockDim.x) {
+    const int w = i / vecs, j = i % vecs;  // pixel w, channels 8j .. 8j + 7
     const uint4 v = *reinterpret_cast<const uint4*>(xs + int64_t(w) * c_all + 8 * j);
     const uint32_t words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -302,7 +305,7 @@ __global__ void __launch_bounds__(256) to_planar_kernel(const __nv_bfloat16* __r
   __syncthreads();
   uint16_t* xd = reinterpret_cast<uint16_t*>(xt);
   const int chunks = wpad / 8;  // wpad is a multiple of 8 (run_point)
-  for (int i = threadIdx.x; i < kTransposeChannels * chunks; i += blockDim.x) {
+  for (int i = threadIdx.x; i < cb * chunks; i += blockDim.x) {
     const int cc = i / chunks, q = i % chunks;
     uint32_t words[4];
 #pragma unroll
@@ -326,10 +329,11 @@ __global__ void __launch_bounds__(256) from_planar_kernel(const __nv_bfloat16* _
                                                           int w_img, int c_all, int wy) {
   extern __shared__ uint16_t tile[];  // [64][tp]
   const int h = blockIdx.x, n = blockIdx.y, c0 = blockIdx.z * kTransposeChannels;
+  const int cb = min(kTransposeChannels, c_all - c0), vecs = cb / 8;
   const int tp = transpose_tile_pitch(w_img);
   const int chunks = (w_img + 7) / 8;  // wy = 64 WT >= 8 chunks: every chunk read lies in the row
   const uint16_t* ys = reinterpret_cast<const uint16_t*>(yt);
-  for (int i = threadIdx.x; i < kTransposeChannels * chunks; i += blockDim.x) {
+  for (int i = threadIdx.x; i < cb * chunks; i += blockDim.x) {
     const int cc = i / chunks, q = i % chunks;
     const uint4 v = *reinterpret_cast<const uint4*>(ys + ((int64_t(c0 + cc) * n_img + n) * h_img + h) * wy + 8 * q);
     const uint32_t words[4] = {v.x, v.y, v.z, v.w};
@@ -338,8 +342,8 @@ __global__ void __launch_bounds__(256) from_planar_kernel(const __nv_bfloat16* _
   }
   __syncthreads();
   uint16_t* yd = reinterpret_cast<uint16_t*>(y) + ((int64_t(n) * h_img + h) * w_img) * c_all + c0;
-  for (int i = threadIdx.x; i < 8 * w_img; i += blockDim.x) {
-    const int w = i / 8, j = i % 8;
+  for (int i = threadIdx.x; i < vecs * w_img; i += blockDim.x) {
+    const int w = i / vecs, j = i % vecs;
     uint32_t words[4];
 #pragma unroll
     for (int e2 = 0; e2 < 4; ++e2) {
@@ -737,8 +741,8 @@ bool run_point(const Problem& pr, DescStrides strides, int max_smem) {
   const int wpad = kUnitW * wt + 16 * nq - 8;
   const int wy = kUnitW * wt;
   const int64_t nx = int64_t(pr.n) * pr.h * pr.w * pr.c;
-  if (pr.c % kTransposeChannels != 0) {
-    std::printf("C must be a multiple of %d here\n", kTransposeChannels);
+  if (pr.c % 8 != 0) {
+    std::printf("C must be a multiple of 8 here (16-byte vectors of channels)\n");
     return false;
   }
   __nv_bfloat16 *x, *w, *y, *xt, *yt;
@@ -762,7 +766,7 @@ bool run_point(const Problem& pr, DescStrides strides, int max_smem) {
   a.n_img = pr.n, a.h = pr.h, a.w_img = pr.w, a.c = pr.c, a.kh = kh, a.kw = kw, a.ph = ph, a.pw = pw;
   a.wt = wt, a.wpad = wpad, a.wy = wy, a.strides = strides;
   const dim3 grid((pr.n * wt + kUnits - 1) / kUnits, pr.c);
-  const dim3 tgrid(pr.h, pr.n, pr.c / kTransposeChannels);
+  const dim3 tgrid(pr.h, pr.n, (pr.c + kTransposeChannels - 1) / kTransposeChannels);
   const int tin_smem = kTransposeChannels * transpose_tile_pitch(pr.w) * 2, tout_smem = tin_smem;
   if (tin_smem > 48 * 1024 || tout_smem > 48 * 1024) {
     std::printf("image too wide for the transpose kernels\n");

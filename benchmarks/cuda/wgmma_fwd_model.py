@@ -240,13 +240,15 @@ def to_planar_kernel(x_bits, pw, wpad):
     for h in range(h_img):
         for n in range(n_img):
             for c0 in range(0, c_all, TRANSPOSE_CHANNELS):
+                cb = min(TRANSPOSE_CHANNELS, c_all - c0)
+                vecs = cb // 8
                 tile = np.full(TRANSPOSE_CHANNELS * tp, 0xBEEF, np.uint16)  # shared memory is not zeroed
-                for i in range(8 * w_img):
-                    w, j = i // 8, i % 8
+                for i in range(vecs * w_img):
+                    w, j = i // vecs, i % vecs
                     v = x_bits[n, h, w, c0 + 8 * j:c0 + 8 * j + 8]
                     for e in range(8):
                         tile[(8 * j + e) * tp + w] = v[e]
-                for i in range(TRANSPOSE_CHANNELS * (wpad // 8)):
+                for i in range(cb * (wpad // 8)):
                     cc, q = i // (wpad // 8), i % (wpad // 8)
                     for e in range(8):
                         w = 8 * q + e - pw
@@ -265,12 +267,14 @@ def from_planar_kernel(yt, w_img):
     for h in range(h_img):
         for n in range(n_img):
             for c0 in range(0, c_all, TRANSPOSE_CHANNELS):
+                cb = min(TRANSPOSE_CHANNELS, c_all - c0)
+                vecs = cb // 8
                 tile = np.full(TRANSPOSE_CHANNELS * tp, 0xBEEF, np.uint16)
-                for i in range(TRANSPOSE_CHANNELS * chunks):
+                for i in range(cb * chunks):
                     cc, q = i // chunks, i % chunks
                     tile[cc * tp + 8 * q:cc * tp + 8 * q + 8] = yt[c0 + cc, n, h, 8 * q:8 * q + 8]
-                for i in range(8 * w_img):
-                    w, j = i // 8, i % 8
+                for i in range(vecs * w_img):
+                    w, j = i // vecs, i % vecs
                     for e in range(8):
                         y[n, h, w, c0 + 8 * j + e] = tile[(8 * j + e) * tp + w]
     return y
@@ -302,7 +306,8 @@ if __name__ == "__main__":
         (2, 33, 24, 2, 13, 8),   # two channels, three tiles
     ]
     ok = all([check(*cs) for cs in cases])
-    transpose_cases = [(1, 2, 64, 64, 31), (2, 1, 5, 128, 17), (1, 2, 70, 64, 51), (1, 1, 130, 64, 7)]
+    transpose_cases = [(1, 2, 64, 64, 31), (2, 1, 5, 128, 17), (1, 2, 70, 64, 51), (1, 1, 130, 64, 7),
+                       (1, 2, 9, 32, 17), (2, 1, 21, 96, 9)]  # a partial last block of channels
     ok = all([check_transposes(*cs) for cs in transpose_cases]) and ok
     print("ALL PASS" if ok else "SOME FAILED")
     raise SystemExit(0 if ok else 1)
