@@ -164,9 +164,10 @@ def depthwise_conv1d_update(
       previous step (zeros for a new sequence).
     kernel: (K, 1, C) in x_t's dtype; bias, activation as in depthwise_conv1d.
     implementation: None or "xla": the step in jnp, elementwise work XLA fuses
-      (21.8 µs for 64 x 5120 bf16 channels, K = 4, on an H100); "flashdwc": y_t
-      from the 1-D forward kernel at length 1 with the state as its initial state,
-      the new state by XLA (not yet timed on a GPU, so not the default).
+      (10.8 µs a step for 64 x 5120 bf16 channels, K = 4, on an H200, decoding 128
+      steps in one executable); "flashdwc": y_t from the 1-D forward kernel at
+      length 1 with the state as its initial state, the new state by XLA (13.8 µs
+      a step there, so not the default).
 
   Returns:
     (y_t (N, C), new_state (N, K - 1, C)): y_t equals the causal convolution's
