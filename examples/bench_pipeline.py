@@ -69,7 +69,9 @@ def timed_steps(train_step, variables, opt_state, batches, warmup, steps):
 def input_alone_ms(make_dataset, sharding, depth, warmup, steps):
   """ms a batch of the input pipeline without the model: read on the host, and
   through data.DeviceIterator onto the devices (each batch waited for), each from a
-  fresh pipeline; which of the two is slow locates a bottleneck the step shows."""
+  fresh pipeline; which of the two is slow locates a bottleneck the step shows.
+  `warmup` should cover every worker's first batch: the pipelines here start cold,
+  unlike the training loop's, which starts during the step's compilation."""
   host = iter(make_dataset())
   for _ in range(warmup):
     next(host)
@@ -159,7 +161,8 @@ def main(argv=None):
     pipeline.close()
     print(f"pipeline: {1e3 * t_pipeline:.2f} ms a step, {1e3 * t_wait:.2f} ms of it waiting for the next batch",
           flush=True)
-    host_ms, device_ms = input_alone_ms(make_dataset, sharding, args.prefetch, args.warmup, args.steps)
+    host_ms, device_ms = input_alone_ms(make_dataset, sharding, args.prefetch,
+                                        max(args.warmup, args.workers + args.prefetch), args.steps)
     print(f"input alone: {host_ms:.2f} ms a batch read on the host, {device_ms:.2f} ms onto the devices",
           flush=True)
 
