@@ -9,8 +9,8 @@ Passes: fwd (y), dx (vjp in x), dw (vjp in w and b), fwd+bwd (value and gradient
 in x, w and b of sum(y * dy)), and the one-token decoding step (`update`).
 
 Timing: one jitted executable applies the op R times to R distinct input buffers
-(together larger than the L2 cache; R from copies_for, about 2 ms of forward a call) and returns all R results, so host dispatch
-is paid once per R calls; after warm-up, the median of --repeats executions,
+(together larger than the L2 cache; R from copies_for, about 2 ms of forward a call)
+and returns all R results, so host dispatch is paid once per R calls; after warm-up, the median of --repeats executions,
 divided by R. Bytes that must move (s = itemsize, T = N * L tokens): fwd reads x
 and writes y, 2 T C s; dx reads x (to recompute the SiLU's derivative) and dy and
 writes dx, 3 T C s; dw reads x and dy, 2 T C s; fwd+bwd 5 T C s. Achieved TB/s =
@@ -125,8 +125,8 @@ def copies_for(tokens, channels, dtype, call_seconds=2e-3, max_copies=32, max_by
   """R for one shape: enough input sets that the fastest pass (the forward, assumed at
   2.5 TB/s) runs about call_seconds a call, so the host's dispatch and sync, about
   40-60 µs a call, stay near 2% of it (6 sets at 16k x 1536 are about 0.3 ms of
-  forward, of which that is 13-20%); at least
-  2, at most max_copies, and the sets (x and dy) within max_bytes."""
+  forward, of which that is 13-20%); at least 2, at most max_copies, and the sets
+  (x and dy) within max_bytes."""
   set_bytes = 2 * tokens * channels * jnp.dtype(dtype).itemsize
   wanted = math.ceil(call_seconds / (set_bytes / 2.5e12))
   return int(max(2, min(wanted, max_copies, max_bytes // set_bytes)))
@@ -265,7 +265,8 @@ def main(argv=None):
       continue
     seconds, moved, out = bench_update(dtype, 4 if args.smoke else 128, args.repeats, batch=batch,
                                        channels=channels, implementation=implementation)
-    update_ref = update_ref or out
+    if update_ref is None:
+      update_ref = out
     err = max(rel_err(a, b) for a, b in zip(out, update_ref))
     print(f"update (decode one token, batch {batch} x {channels}, K = 4, {dtype}) {impl}: "
           f"{seconds * 1e6:.2f} us a step (rel_err vs the first timed: {err:.1e})")

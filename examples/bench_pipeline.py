@@ -153,11 +153,11 @@ def main(argv=None):
     # The resident loop first, so that it also carries the compilation.
     start = time.perf_counter()
     t_resident, _, variables, opt_state, _ = timed_steps(train_step, variables, opt_state, resident,
-                                                      args.warmup, args.steps)
+                                                         args.warmup, args.steps)
     print(f"resident: {1e3 * t_resident:.2f} ms a step ({time.perf_counter() - start:.0f} s with compilation)",
           flush=True)
-    t_pipeline, t_wait, variables, opt_state, loss = timed_steps(train_step, variables, opt_state, from_pipeline,
-                                                         args.warmup, args.steps)
+    t_pipeline, t_wait, variables, opt_state, loss = timed_steps(train_step, variables, opt_state,
+                                                                 from_pipeline, args.warmup, args.steps)
     pipeline.close()
     print(f"pipeline: {1e3 * t_pipeline:.2f} ms a step, {1e3 * t_wait:.2f} ms of it waiting for the next batch",
           flush=True)
@@ -171,7 +171,8 @@ def main(argv=None):
          "read_threads": args.read_threads, "steps": args.steps,
          "resident_ms": f"{1e3 * t_resident:.2f}", "pipeline_ms": f"{1e3 * t_pipeline:.2f}",
          "slowdown": f"{t_pipeline / t_resident:.3f}", "images_per_s": f"{args.batch / t_pipeline:.0f}",
-         "input_wait_ms": f"{1e3 * t_wait:.2f}", "input_host_ms": f"{host_ms:.2f}", "input_device_ms": f"{device_ms:.2f}",
+         "input_wait_ms": f"{1e3 * t_wait:.2f}", "input_host_ms": f"{host_ms:.2f}",
+         "input_device_ms": f"{device_ms:.2f}",
          "final_loss": f"{loss:.4f}", **provenance()}
   print(", ".join(f"{k}={v}" for k, v in row.items()))
   if args.out:

@@ -280,8 +280,9 @@ __global__ void __launch_bounds__(kThreads) wgmma_unit_kernel(const __nv_bfloat1
 // columns of one channel row on the planar side; the transpose happens in a shared
 // tile [64 channels][tp] of 2-byte elements, tp = W rounded up to 8, plus 2 (rows
 // start one bank apart). One block per (h, n, 64 channels), the last block of a row
-// taking C % 64 of them; C % 8 == 0 (checked on the host). The former kernels (one 2-byte element a thread, 32 channels a block)
-// took 1.2-1.3 ms for the pair at 128x64x64x256, 4-5x a copy of their bytes.
+// taking C % 64 of them; C % 8 == 0 (checked on the host). The former kernels (one
+// 2-byte element a thread, 32 channels a block) took 1.2-1.3 ms for the pair at
+// 128x64x64x256, 4-5x a copy of their bytes; these 0.36-0.42 ms (H200).
 constexpr int kTransposeChannels = 64;
 
 __host__ __device__ inline int transpose_tile_pitch(int w_img) { return (w_img + 7) / 8 * 8 + 2; }
