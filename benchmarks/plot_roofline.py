@@ -1,0 +1,105 @@
+"""Roofline of bench_dwconv.py CSVs: achieved TFLOP/s against arithmetic intensity
+(useful FLOPs per byte that must move), one filled marker per flashdwc point and
+a hollow one for XLA at the same point, under the machine's roofs.
+
+The roofs are the figures measured on the project's H200 (docs/performance.md):
+4.18 TB/s device-to-device copy, ~780 TFLOP/s bf16 dense matmul through wgmma,
+~644 through mma.sync, 51.5 TFLOP/s fp32 matmul on the CUDA cores. Pass other
+figures for another GPU. A depthwise conv on tensor cores also multiplies the
+zeros of its banded operand, so its useful TFLOP/s sits below the tensor-core roof
+by that waste factor even where the tensor cores are saturated.
+
+  python benchmarks/plot_roofline.py benchmarks/results/h200_fwd_bf16_5017c22.csv \\
+      benchmarks/results/h200_fwd_fp16_5017c22.csv --out roofline.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+MARKERS = {"bfloat16": "o", "float16": "s", "float32": "^"}
+
+
+def read_points(paths):
+  """Rows of bench_dwconv.py CSVs that passed the correctness gate, with their
+  arithmetic intensity (FLOP per byte) derived from the CSV's own columns."""
+  points = []
+  for path in paths:
+    with open(path) as f:
+      for row in csv.DictReader(line for line in f if not line.startswith("#")):
+        if row.get("gate") != "ok":
+          continue
+        tflops, gbs = float(row["flashdwc_tflops"]), float(row["flashdwc_gbs"])
+        if not (tflops > 0 and gbs > 0):
+          continue
+        xla = float(row["xla_tflops"]) if row.get("xla_tflops") else math.nan
+        points.append({**row, "intensity": tflops * 1e3 / gbs, "ours": tflops, "xla": xla})
+  return points
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("csv", nargs="+")
+  parser.add_argument("--out", required=True)
+  parser.add_argument("--copy-tbs", type=float, default=4.18, help="memory roof, TB/s")
+  parser.add_argument("--wgmma-tflops", type=float, default=780.0, help="half-precision wgmma roof")
+  parser.add_argument("--mma-sync-tflops", type=float, default=644.0, help="half-precision mma.sync roof")
+  parser.add_argument("--fp32-tflops", type=float, default=51.5, help="fp32 CUDA-core roof")
+  args = parser.parse_args(argv)
+
+  points = read_points(args.csv)
+  if not points:
+    raise SystemExit(f"no gated rows with timings in {args.csv}")
+  intensities = [p["intensity"] for p in points]
+  lo, hi = min(intensities) / 2, max(intensities) * 4
+  xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+
+  fig, ax = plt.subplots(figsize=(8.5, 5.6))
+  roofs = [("wgmma", args.wgmma_tflops, "tab:red"), ("mma.sync", args.mma_sync_tflops, "tab:orange"),
+           ("fp32 CUDA cores", args.fp32_tflops, "tab:gray")]
+  for name, peak, color in roofs:
+    ax.plot(xs, [min(peak, args.copy_tbs * x) for x in xs], color=color, linewidth=1.2,
+            label=f"{name} {peak:g} TFLOP/s, copy {args.copy_tbs:g} TB/s")
+
+  kernel_sizes = sorted({int(p["kh"]) for p in points})
+  cmap = plt.get_cmap("viridis")
+  color_of = {k: cmap(i / max(1, len(kernel_sizes) - 1)) for i, k in enumerate(kernel_sizes)}
+  for p in points:
+    color, marker = color_of[int(p["kh"])], MARKERS.get(p["dtype"], "D")
+    ax.scatter(p["intensity"], p["ours"], color=color, marker=marker, s=28, zorder=3)
+    if p["xla"] > 0:
+      ax.scatter(p["intensity"], p["xla"], facecolors="none", edgecolors=color, marker=marker, s=28, zorder=3)
+
+  ax.set_xscale("log")
+  ax.set_yscale("log")
+  ax.set_xlabel("arithmetic intensity, useful FLOP per byte that must move")
+  ax.set_ylabel("TFLOP/s (useful)")
+  handles, labels = ax.get_legend_handles_labels()
+  for k in kernel_sizes:
+    handles.append(plt.Line2D([], [], color=color_of[k], marker="o", linestyle=""))
+    labels.append(f"k = {k}")
+  for dtype in sorted({p["dtype"] for p in points}):
+    handles.append(plt.Line2D([], [], color="black", marker=MARKERS.get(dtype, "D"), linestyle=""))
+    labels.append(dtype)
+  handles.append(plt.Line2D([], [], markerfacecolor="none", markeredgecolor="black", marker="o", linestyle=""))
+  labels.append("XLA (hollow)")
+  ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+  ax.grid(True, which="both", alpha=0.25)
+  first = points[0]
+  modes = ", ".join(sorted({p["mode"] for p in points}))
+  ax.set_title(f"{modes}: {first['gpu']}, driver {first['driver']}, jax {first['jax_version']}, "
+               f"commit {first['commit']}", fontsize=9)
+  fig.tight_layout()
+  fig.savefig(args.out, dpi=110)
+  print(f"wrote {args.out} ({len(points)} points)")
+
+
+if __name__ == "__main__":
+  main()
