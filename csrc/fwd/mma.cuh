@@ -68,9 +68,9 @@
 // put the MMA work at 0.40 ms. A block that walks down T tiles stages 8 new
 // input rows per tile instead of KH + 7, and the filter once, in one chunk (one
 // staging pass and one barrier pair per tile; at KH = 9 and 13 there were two).
-// Measured on the H200, bf16 k = 9, 15-30% faster (docs/design-notes.md, twelfth
-// session). Four staging items in flight per thread instead of one were measured
-// too: 6-9% slower at k = 9 and 11% at k = 13 and 17, so staging keeps one.
+// Measured on the H200, bf16 k = 9, 15-30% faster (docs/design-notes.md). Four
+// staging items in flight per thread instead of one were measured too: 6-9%
+// slower at k = 9 and 11% at k = 13 and 17, so staging keeps one.
 // Where the whole filter does not fit with two blocks an SM, tiles keep the one-tile
 // chunks (8 or 9 rows, a ring of chunk + 7 slots) and odd tiles run their chunks in
 // reverse order, so that a tile starts with the chunk its predecessor ended with: its
