@@ -94,8 +94,9 @@ def main(argv=None):
   ax.grid(True, which="both", alpha=0.25)
   first = points[0]
   modes = ", ".join(sorted({p["mode"] for p in points}))
+  commits = ", ".join(dict.fromkeys(p["commit"] for p in points))  # CSVs of several runs: name each
   ax.set_title(f"{modes}: {first['gpu']}, driver {first['driver']}, jax {first['jax_version']}, "
-               f"commit {first['commit']}", fontsize=9)
+               f"commits {commits}", fontsize=9)
   fig.tight_layout()
   fig.savefig(args.out, dpi=110)
   print(f"wrote {args.out} ({len(points)} points)")
