@@ -1,7 +1,7 @@
 """Does the input pipeline keep the GPU busy? The training step fed by Grain against the same step on device-resident data.
 
   python examples/bench_pipeline.py --model replknet31b --bf16 --batch 64 --image-size 224 \\
-      --out benchmarks/results/pipeline_replknet31b_bf16.csv
+      --out benchmarks/results/pipeline_replknet31b_bf16_h100_80gb_hbm3.csv
 
 On a machine whose calls are capped (10 minutes), --data-dir, --compilation-cache and
 --xla-autotune-cache under a folder the next call keeps let a second call skip writing
