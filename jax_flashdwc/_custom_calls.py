@@ -80,6 +80,45 @@ def _bwd_filter_cuda_lowering(ctx, x, dy, *, geometry, kernel_hw, deterministic)
   return [dw]
 
 
+def _problem(geometry, x_shape, out_hw, kernel_hw) -> dict[str, int]:
+  """The DwConvParams fields of a problem (csrc/common/params.h) for the plan's queries."""
+  attribute = geometry.ffi_attribute()
+  return {"batch": x_shape[0], "in_h": x_shape[1], "in_w": x_shape[2], "out_h": out_hw[0], "out_w": out_hw[1],
+          "channels": x_shape[3], "kernel_h": kernel_hw[0], "kernel_w": kernel_hw[1],
+          **{k: int(v) for k, v in attribute.items()}}
+
+
+def _with_workspace(target, workspace_bytes):
+  """A CUDA lowering of `target` that adds a uint8 workspace result of
+  workspace_bytes(ctx, **params) bytes (at least one) and returns the others: the
+  Hopper forward's planar copies (csrc/fwd/wgmma_layout.h). The plan sizes it for
+  the device the lowering runs on, and the handler picks that kernel only where the
+  workspace it gets is large enough, so a smaller one is never wrong, only slower."""
+  rule = _ffi_lowering(target)
+
+  def lowering(ctx, *operands, **params):
+    size = max(int(workspace_bytes(ctx, **params)), 1)
+    workspace = ShapedArray((size,), jnp.uint8)
+    results = rule(ctx.replace(avals_out=[*ctx.avals_out, workspace]), *operands, **params)
+    return results[:-1]
+
+  return lowering
+
+
+def _fwd_workspace_bytes(ctx, *, geometry, prologue=False, **_params):
+  x_aval, w_aval = ctx.avals_in[:2]
+  (y_aval,) = ctx.avals_out
+  problem = _problem(geometry, x_aval.shape, y_aval.shape[1:3], w_aval.shape[:2])
+  return _ffi.fwd_workspace_bytes(problem, half_precision=x_aval.dtype != jnp.float32, prologue=bool(prologue))
+
+
+def _bwd_data_workspace_bytes(ctx, *, geometry, input_hw, **_params):
+  dy_aval, w_aval = ctx.avals_in
+  problem = _problem(geometry, (dy_aval.shape[0], *input_hw, dy_aval.shape[3]), dy_aval.shape[1:3],
+                     w_aval.shape[:2])
+  return _ffi.bwd_data_workspace_bytes(problem, half_precision=dy_aval.dtype != jnp.float32)
+
+
 def _missing_cuda_lowering(ctx, *operands, **params):
   raise NotImplementedError(
       "jax_flashdwc was built without its CUDA kernels (no CUDA compiler was found at "
@@ -98,9 +137,11 @@ def _make(target, abstract, cuda_lowering=None):
   return prim
 
 
-fwd_call_p = _make("flashdwc_fwd", fwd_abstract)
-fwd_fused_call_p = _make("flashdwc_fwd_fused", fwd_fused_abstract)
-bwd_data_call_p = _make("flashdwc_bwd_data", bwd_data_abstract)
+fwd_call_p = _make("flashdwc_fwd", fwd_abstract, _with_workspace("flashdwc_fwd", _fwd_workspace_bytes))
+fwd_fused_call_p = _make("flashdwc_fwd_fused", fwd_fused_abstract,
+                         _with_workspace("flashdwc_fwd_fused", _fwd_workspace_bytes))
+bwd_data_call_p = _make("flashdwc_bwd_data", bwd_data_abstract,
+                        _with_workspace("flashdwc_bwd_data", _bwd_data_workspace_bytes))
 # On the CPU, the filter gradient is always deterministic; `deterministic` only
 # reaches the CUDA handler.
 bwd_filter_call_p = _make("flashdwc_bwd_filter", bwd_filter_abstract, _bwd_filter_cuda_lowering)

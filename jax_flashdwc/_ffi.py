@@ -72,6 +72,16 @@ def set_poison_outputs(on: bool) -> None:
   _jax_flashdwc.set_poison_outputs(bool(on))
 
 
+def fwd_workspace_bytes(problem: dict, *, half_precision: bool, prologue: bool) -> int:
+  """Bytes of workspace the CUDA forward wants on the current device (plan/fwd_launch.h)."""
+  return int(_jax_flashdwc.fwd_workspace_bytes(problem, half_precision=half_precision, prologue=prologue))
+
+
+def bwd_data_workspace_bytes(problem: dict, *, half_precision: bool) -> int:
+  """Bytes of workspace the CUDA input gradient wants on the current device (plan/bwd_data_launch.h)."""
+  return int(_jax_flashdwc.bwd_data_workspace_bytes(problem, half_precision=half_precision))
+
+
 def cuda_bwd_filter_workspace_bytes(**shape) -> int:
   """Bytes of fp32 workspace the CUDA filter gradient needs (see dwconv_cuda.h)."""
   return int(_jax_flashdwc.cuda_bwd_filter_workspace_bytes(**shape))

@@ -483,3 +483,59 @@ def test_launch_plans_of_registry_layers():
     got = _native.plan_bwd_filter_launch(problem(cases[name]), half_precision=half, deterministic=deterministic,
                                          device=H100)
     assert _launch(got) == want, (name, half, deterministic, got)
+
+
+# An H200 of a build with the Hopper kernel: DeviceLimits::wgmma set (the plan reads no
+# other difference from the H100).
+H200_WGMMA = dict(H100, l2_bytes=60 << 20, wgmma=1)
+
+
+def test_hopper_forward_takes_large_square_filters_on_sm90_only():
+  p = dict(batch=128, in_h=64, in_w=64, out_h=64, out_w=64, channels=256, kernel_h=31, kernel_w=31, pad_top=15,
+           pad_left=15)
+  pick = lambda half=True, device=H200_WGMMA, **change: _native.plan_fwd({**p, **change}, half_precision=half,
+                                                                          device=device)
+  k = lambda k, **change: dict(kernel_h=k, kernel_w=k, pad_top=k // 2, pad_left=k // 2, **change)
+  assert pick() == pick(**k(51)) == pick(**k(57)) == pick(**k(33, channels=8)) == "wgmma"
+  # Padding on one side only (the output still as large as the input), odd sizes.
+  assert pick(pad_top=0, pad_left=30) == pick(batch=3, in_h=37, out_h=37, in_w=70, out_w=70) == "wgmma"
+  # Not on an H100, not in fp32, not below the threshold or above 57 columns (four k-steps).
+  assert pick(device=H100) == pick(**k(17)) == pick(**k(63)) == "mma"
+  assert pick(half=False) == "gemv"
+  assert _ffi.plan_thresholds()["fwd_wgmma_min_kernel"] == 31
+  assert pick(kernel_h=51, pad_top=25) == "wgmma"  # 51 x 31
+  assert pick(**k(29)) == pick(kernel_w=29, pad_left=14) == "mma"
+  assert pick(kernel_w=5, pad_left=2) == "gemv"  # 31 x 5
+  # Geometry it does not take: channels not a multiple of 8, a smaller output (VALID),
+  # stride, dilation, a row too wide for the transposes' shared tile.
+  assert pick(channels=12) == pick(out_h=34, out_w=34, pad_top=0, pad_left=0) == "mma"
+  assert pick(in_w=400, out_w=400) == "mma"
+  assert pick(stride_h=2, stride_w=2, out_h=32, out_w=32) == "gemv"
+  assert pick(dilation_h=2, dilation_w=2, pad_top=30, pad_left=30) == "direct"
+  # The input gradient at stride 1 runs as this forward on the rotated filter.
+  assert _native.plan_bwd_data(p, half_precision=True, device=H200_WGMMA) == "forward:wgmma"
+  assert _native.plan_bwd_data(p, half_precision=True, device=H100) == "forward:mma"
+
+
+def test_hopper_forward_launch_needs_its_workspace_and_no_prologue():
+  p = dict(batch=128, in_h=64, in_w=64, out_h=64, out_w=64, channels=256, kernel_h=51, kernel_w=51, pad_top=25,
+           pad_left=25)
+  want = _native.fwd_workspace_bytes(p, half_precision=True, device=H200_WGMMA)
+  # xt: C N H rows of 64 + 16 * 4 - 8 = 120 columns; yt after it: rows of 64 columns.
+  assert want == 256 * 128 * 64 * (120 + 64) * 2
+  launch = lambda **kw: _native.plan_fwd_launch(p, half_precision=True, device=H200_WGMMA, **kw)
+  got = launch(workspace_bytes=want)
+  assert (got["kernel"], got["rows_per_mma"], got["workspace_bytes"]) == ("wgmma", 16, want)
+  assert got["grid"] == (16, 256, 1) and got["block"] == (128, 1, 1) and got["smem_bytes"] <= H100["smem_per_block"]
+  assert launch(workspace_bytes=want - 1)["kernel"] == launch()["kernel"] == "mma"
+  assert launch(workspace_bytes=want, prologue=True)["kernel"] == "mma"
+  assert launch(workspace_bytes=want, epilogue=True)["kernel"] == "wgmma"
+  # The lowering asks for none where the plan does not pick it.
+  assert _native.fwd_workspace_bytes(p, half_precision=True, prologue=True, device=H200_WGMMA) == 0
+  assert _native.fwd_workspace_bytes(p, half_precision=True, device=H100) == 0
+  assert _native.fwd_workspace_bytes(p, half_precision=False, device=H200_WGMMA) == 0
+  assert _native.bwd_data_workspace_bytes(p, half_precision=True, device=H200_WGMMA) == want
+  bwd = _native.plan_bwd_data_launch(p, half_precision=True, device=H200_WGMMA, workspace_bytes=want)
+  assert bwd["kernel"] == "forward:wgmma"
+  strided = dict(p, stride_h=2, stride_w=2, out_h=32, out_w=32)
+  assert _native.bwd_data_workspace_bytes(strided, half_precision=True, device=H200_WGMMA) == 0

@@ -4,7 +4,7 @@
 // where building the JAX extension twice would cost more device time.
 // Build (from the repository root) and run:
 //   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc \
-//        benchmarks/cuda/time_fwd.cu csrc/fwd/*.cu csrc/plan/*.cc \
+//        benchmarks/cuda/time_fwd.cu csrc/fwd/{launch,mma,regfilter}.cu csrc/plan/*.cc \
 //        -o time_fwd
 //   ./time_fwd <tag>
 // or, against the objects of an installed build (no second compile of the kernels):

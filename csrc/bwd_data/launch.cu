@@ -55,16 +55,18 @@ cudaError_t launch_bwd_data_phase(const DwConvParams& p, const BwdDataLaunchPlan
 }  // namespace
 
 template <typename T>
-cudaError_t run_dwconv_bwd_data(const DwConvParams& p, const T* dy, const T* w, T* dx,
-                                cudaStream_t stream) {
+cudaError_t run_dwconv_bwd_data(const DwConvParams& p, const T* dy, const T* w, T* dx, cudaStream_t stream,
+                                void* workspace, int64_t workspace_bytes) {
   BwdDataCall call;
+  call.workspace_bytes = workspace != nullptr && address_alignment(workspace) >= 16 ? workspace_bytes : 0;
   call.half_precision = !std::is_same_v<T, float>;
   call.dy_align = address_alignment(dy);
   call.w_align = address_alignment(w);
   call.dx_align = address_alignment(dx);
   const BwdDataLaunchPlan plan = plan_bwd_data_launch(p, call, device_limits());
   switch (plan.kernel) {
-    case BwdDataKernel::kForward: return launch_fwd(stride1_bwd_data_as_fwd(p), plan.forward, dy, w, dx, stream);
+    case BwdDataKernel::kForward:
+      return launch_fwd(stride1_bwd_data_as_fwd(p), plan.forward, dy, w, dx, stream, {}, {}, workspace);
     case BwdDataKernel::kPhase:
       return p.kernel_w == 3 ? launch_bwd_data_phase<T, 3>(p, plan, dy, w, dx, stream)
                              : launch_bwd_data_phase<T, 5>(p, plan, dy, w, dx, stream);
@@ -73,10 +75,11 @@ cudaError_t run_dwconv_bwd_data(const DwConvParams& p, const T* dy, const T* w, 
 }
 
 template cudaError_t run_dwconv_bwd_data<float>(const DwConvParams&, const float*, const float*, float*,
-                                                cudaStream_t);
+                                                cudaStream_t, void*, int64_t);
 template cudaError_t run_dwconv_bwd_data<__half>(const DwConvParams&, const __half*, const __half*, __half*,
-                                                 cudaStream_t);
+                                                 cudaStream_t, void*, int64_t);
 template cudaError_t run_dwconv_bwd_data<__nv_bfloat16>(const DwConvParams&, const __nv_bfloat16*,
-                                                        const __nv_bfloat16*, __nv_bfloat16*, cudaStream_t);
+                                                        const __nv_bfloat16*, __nv_bfloat16*, cudaStream_t, void*,
+                                                        int64_t);
 
 }  // namespace flashdwc

@@ -11,6 +11,7 @@ namespace flashdwc {
 // dx from dy and w: stride 1 runs the forward kernel on the rotated filter, other
 // strides the gather kernel. T is float, __half or __nv_bfloat16.
 template <typename T>
-cudaError_t run_dwconv_bwd_data(const DwConvParams& p, const T* dy, const T* w, T* dx, cudaStream_t stream);
+cudaError_t run_dwconv_bwd_data(const DwConvParams& p, const T* dy, const T* w, T* dx, cudaStream_t stream,
+                                void* workspace = nullptr, int64_t workspace_bytes = 0);
 
 }  // namespace flashdwc

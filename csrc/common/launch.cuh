@@ -27,18 +27,25 @@ inline cudaError_t allow_dynamic_smem(Kernel kernel, size_t bytes) {
 
 // The current device's limits (plan/device_limits.h).
 inline DeviceLimits device_limits() {
-  int device = 0, sms = 0, per_block = 0, per_sm = 0, reserved = 0, l2 = 0;
+  int device = 0, sms = 0, per_block = 0, per_sm = 0, reserved = 0, l2 = 0, major = 0, minor = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device) != cudaSuccess) {
+      cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
     // Clear the runtime's last error, so that a later launch does not report it.
     (void)cudaGetLastError();
     return {};
   }
-  return {sms, per_block, per_sm, reserved, l2};
+#ifdef FLASHDWC_WITH_WGMMA
+  const bool wgmma = major == 9 && minor == 0;
+#else
+  const bool wgmma = false;
+#endif
+  return {sms, per_block, per_sm, reserved, l2, wgmma};
 }
 
 }  // namespace flashdwc

@@ -12,33 +12,56 @@
 namespace flashdwc {
 namespace {
 
+// The forward and the input gradient take a byte workspace, as large as the lowering
+// asked fwd_workspace_bytes / bwd_data_workspace_bytes for (one byte where nothing):
+// the Hopper kernel's planar copies. XLA allocates it, also inside command buffers.
+// Poisoned with the outputs in the tests, so that a planar element the transposes
+// leave unwritten shows as NaN.
+ffi::Error poison_workspace(const CudaPlatform& platform, ffi::Result<ffi::AnyBuffer>& workspace) {
+  return poison_if_asked(platform, workspace->untyped_data(), workspace->size_bytes());
+}
+
 ffi::Error DwConvFwdCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
-                             ffi::Result<ffi::AnyBuffer> y, ConvGeometry geometry) {
+                             ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> workspace,
+                             ConvGeometry geometry) {
   constexpr ConvPass pass = ConvPass::kForward;
-  return run_pass(CudaPlatform{stream, pass_name(pass)}, pass, x, w, y, geometry,
-                  [&](const DwConvParams& p, auto* x, auto* w, auto* y) { return run_dwconv_fwd(p, x, w, y, stream); });
+  const CudaPlatform platform{stream, pass_name(pass)};
+  if (ffi::Error err = poison_workspace(platform, workspace); err.failure()) return err;
+  return run_pass(platform, pass, x, w, y, geometry,
+                  [&](const DwConvParams& p, auto* x, auto* w, auto* y) {
+                    return run_dwconv_fwd(p, x, w, y, stream, {}, {}, workspace->untyped_data(),
+                                          int64_t(workspace->size_bytes()));
+                  });
 }
 
 ffi::Error DwConvFwdFusedCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer bias,
                                   ffi::AnyBuffer scale, ffi::AnyBuffer shift, ffi::Result<ffi::AnyBuffer> y,
-                                  ConvGeometry geometry, int64_t activation, int64_t prologue) {
+                                  ffi::Result<ffi::AnyBuffer> workspace, ConvGeometry geometry, int64_t activation,
+                                  int64_t prologue) {
   FwdEpilogue epilogue;
   if (ffi::Error err = make_epilogue(x, bias, activation, &epilogue); err.failure()) return err;
   FwdPrologue input;
   if (ffi::Error err = make_prologue(x, scale, shift, prologue, &input); err.failure()) return err;
   constexpr ConvPass pass = ConvPass::kForward;
-  return run_pass(CudaPlatform{stream, pass_name(pass)}, pass, x, w, y, geometry,
+  const CudaPlatform platform{stream, pass_name(pass)};
+  if (ffi::Error err = poison_workspace(platform, workspace); err.failure()) return err;
+  return run_pass(platform, pass, x, w, y, geometry,
                   [&](const DwConvParams& p, auto* x, auto* w, auto* y) {
-                    return run_dwconv_fwd(p, x, w, y, stream, epilogue, input);
+                    return run_dwconv_fwd(p, x, w, y, stream, epilogue, input, workspace->untyped_data(),
+                                          int64_t(workspace->size_bytes()));
                   });
 }
 
 ffi::Error DwConvBwdDataCudaImpl(cudaStream_t stream, ffi::AnyBuffer dy, ffi::AnyBuffer w,
-                                 ffi::Result<ffi::AnyBuffer> dx, ConvGeometry geometry) {
+                                 ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> workspace,
+                                 ConvGeometry geometry) {
   constexpr ConvPass pass = ConvPass::kBackwardData;
-  return run_pass(CudaPlatform{stream, pass_name(pass)}, pass, dy, w, dx, geometry,
+  const CudaPlatform platform{stream, pass_name(pass)};
+  if (ffi::Error err = poison_workspace(platform, workspace); err.failure()) return err;
+  return run_pass(platform, pass, dy, w, dx, geometry,
                   [&](const DwConvParams& p, auto* dy, auto* w, auto* dx) {
-                    return run_dwconv_bwd_data(p, dy, w, dx, stream);
+                    return run_dwconv_bwd_data(p, dy, w, dx, stream, workspace->untyped_data(),
+                                               int64_t(workspace->size_bytes()));
                   });
 }
 
@@ -74,6 +97,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(DwConvFwdCudaFfi, DwConvFwdCudaImpl,
                                   .Arg<ffi::AnyBuffer>()                     // x
                                   .Arg<ffi::AnyBuffer>()                     // w
                                   .Ret<ffi::AnyBuffer>()                     // y
+                                  .Ret<ffi::AnyBuffer>()                     // uint8 workspace
                                   .Attr<ConvGeometry>("geometry"),
                               {ffi::Traits::kCmdBufferCompatible});
 
@@ -86,6 +110,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(DwConvFwdFusedCudaFfi, DwConvFwdFusedCudaImpl,
                                   .Arg<ffi::AnyBuffer>()                     // prologue scale: (C,) float32
                                   .Arg<ffi::AnyBuffer>()                     // prologue shift: (C,) float32
                                   .Ret<ffi::AnyBuffer>()                     // y
+                                  .Ret<ffi::AnyBuffer>()                     // uint8 workspace
                                   .Attr<ConvGeometry>("geometry")
                                   .Attr<int64_t>("activation")
                                   .Attr<int64_t>("prologue"),
@@ -97,6 +122,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(DwConvBwdDataCudaFfi, DwConvBwdDataCudaImpl,
                                   .Arg<ffi::AnyBuffer>()                     // dy
                                   .Arg<ffi::AnyBuffer>()                     // w
                                   .Ret<ffi::AnyBuffer>()                     // dx
+                                  .Ret<ffi::AnyBuffer>()                     // uint8 workspace
                                   .Attr<ConvGeometry>("geometry"),
                               {ffi::Traits::kCmdBufferCompatible});
 

@@ -61,7 +61,8 @@ flashdwc::DeviceLimits limits_from(const nb::object& device) {
   }
   const nb::dict d = nb::cast<nb::dict>(device);
   auto get = [&](const char* key) { return d.contains(key) ? nb::cast<int64_t>(d[key]) : int64_t(0); };
-  return {get("sms"), get("smem_per_block"), get("smem_per_sm"), get("smem_reserved_per_block"), get("l2_bytes")};
+  return {get("sms"), get("smem_per_block"), get("smem_per_sm"), get("smem_reserved_per_block"), get("l2_bytes"),
+          get("wgmma") != 0};
 }
 
 // A launch configuration as a dict: grid and block (x, y, z) and the dynamic shared
@@ -103,6 +104,10 @@ nb::dict fwd_launch_dict(const flashdwc::FwdLaunchPlan& plan) {
       d["filter_copies"] = plan.mma.filter_copies;
       d["filter_rows"] = plan.mma.filter_rows;
       d["raw_rows"] = plan.mma.raw_rows;
+      break;
+    case flashdwc::FwdKernel::kWgmma:
+      d["rows_per_mma"] = plan.wgmma.rows_per_mma;
+      d["workspace_bytes"] = plan.wgmma.workspace_bytes;
       break;
     case flashdwc::FwdKernel::kDirect: break;
   }
@@ -177,22 +182,25 @@ NB_MODULE(_jax_flashdwc, m) {
       "(channels per thread, taps per thread, filter rows per thread) of the filter-gradient split kernel.");
   m.def(
       "plan_fwd_launch",
-      [](nb::dict problem, bool half_precision, bool epilogue, bool prologue, nb::object device) {
+      [](nb::dict problem, bool half_precision, bool epilogue, bool prologue, nb::object device,
+         int64_t workspace_bytes) {
         flashdwc::FwdCall call;
         call.half_precision = half_precision;
         call.epilogue = epilogue;
         call.prologue = prologue;
+        call.workspace_bytes = workspace_bytes;
         return fwd_launch_dict(flashdwc::plan_fwd_launch(params_from(problem), call, limits_from(device)));
       },
       nb::arg("problem"), nb::arg("half_precision") = false, nb::arg("epilogue") = false,
-      nb::arg("prologue") = false, nb::arg("device") = nb::none(),
-      "The forward's launch for a problem with aligned buffers: kernel, status, grid, block, smem_bytes and the "
-      "kernel's tiling.");
+      nb::arg("prologue") = false, nb::arg("device") = nb::none(), nb::arg("workspace_bytes") = 0,
+      "The forward's launch for a problem with aligned buffers and a workspace of workspace_bytes: kernel, status, "
+      "grid, block, smem_bytes and the kernel's tiling.");
   m.def(
       "plan_bwd_data_launch",
-      [](nb::dict problem, bool half_precision, nb::object device) {
+      [](nb::dict problem, bool half_precision, nb::object device, int64_t workspace_bytes) {
         flashdwc::BwdDataCall call;
         call.half_precision = half_precision;
+        call.workspace_bytes = workspace_bytes;
         const flashdwc::DwConvParams p = params_from(problem);
         const flashdwc::BwdDataLaunchPlan plan = flashdwc::plan_bwd_data_launch(p, call, limits_from(device));
         if (plan.kernel == flashdwc::BwdDataKernel::kForward) {
@@ -208,7 +216,8 @@ NB_MODULE(_jax_flashdwc, m) {
         return d;
       },
       nb::arg("problem"), nb::arg("half_precision") = false, nb::arg("device") = nb::none(),
-      "The input gradient's launch for a problem with aligned buffers.");
+      nb::arg("workspace_bytes") = 0,
+      "The input gradient's launch for a problem with aligned buffers and a workspace of workspace_bytes.");
   m.def(
       "plan_bwd_filter_launch",
       [](nb::dict problem, bool half_precision, bool deterministic, nb::object device) {
@@ -244,6 +253,22 @@ NB_MODULE(_jax_flashdwc, m) {
         return out;
       },
       "The kernel-choice thresholds of plan/thresholds.h.");
+  // Bytes of workspace the forward and the input gradient want on the device (the
+  // current CUDA device where `device` is None; nothing on a CPU-only build): the
+  // lowering adds a result of that size to their custom calls.
+  m.def(
+      "fwd_workspace_bytes",
+      [](const nb::dict& problem, bool half_precision, bool prologue, const nb::object& device) {
+        return flashdwc::fwd_workspace_bytes(params_from(problem), half_precision, prologue, limits_from(device));
+      },
+      nb::arg("problem"), nb::arg("half_precision") = false, nb::arg("prologue") = false,
+      nb::arg("device") = nb::none());
+  m.def(
+      "bwd_data_workspace_bytes",
+      [](const nb::dict& problem, bool half_precision, const nb::object& device) {
+        return flashdwc::bwd_data_workspace_bytes(params_from(problem), half_precision, limits_from(device));
+      },
+      nb::arg("problem"), nb::arg("half_precision") = false, nb::arg("device") = nb::none());
 #ifdef FLASHDWC_WITH_CUDA
   // Bytes of the fp32 workspace the CUDA filter gradient needs; the lowering adds
   // a result of that size to the custom call, so XLA owns the memory (also inside

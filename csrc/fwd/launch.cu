@@ -1,7 +1,7 @@
 // The forward pass on the GPU: the row-stream, GEMV, stride-2 and direct kernels'
 // template instances, and run_dwconv_fwd, which launches the plan of
-// plan_fwd_launch (plan/fwd_launch.h) (the register-filter and tensor-core kernels
-// through fwd/regfilter.cu and fwd/mma.cu).
+// plan_fwd_launch (plan/fwd_launch.h) (the register-filter, tensor-core and Hopper
+// kernels through fwd/regfilter.cu, fwd/mma.cu and fwd/wgmma.cu).
 #include "fwd/launch.h"
 
 #include <cstdint>
@@ -15,6 +15,9 @@
 #include "fwd/regfilter.h"
 #include "fwd/rowstream.cuh"
 #include "fwd/stride2.cuh"
+#ifdef FLASHDWC_WITH_WGMMA
+#include "fwd/wgmma.h"
+#endif
 #include "plan/fwd.h"
 
 namespace flashdwc {
@@ -173,8 +176,12 @@ static_assert(rowstream_sizes_match<float, 2>() && rowstream_sizes_match<float, 
 
 template <typename T>
 cudaError_t launch_fwd(const DwConvParams& p, const FwdLaunchPlan& plan, const T* x, const T* w, T* y,
-                       cudaStream_t stream, const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
+                       cudaStream_t stream, const FwdEpilogue& epilogue, const FwdPrologue& prologue,
+                       void* workspace) {
   if constexpr (!std::is_same_v<T, float>) {
+#ifdef FLASHDWC_WITH_WGMMA
+    if (plan.kernel == FwdKernel::kWgmma) return launch_fwd_wgmma(p, plan, x, w, y, workspace, stream, epilogue);
+#endif
     if (plan.kernel == FwdKernel::kRegFilter) return launch_fwd_regfilter(p, plan, x, w, y, stream, epilogue);
     if (plan.kernel == FwdKernel::kMma) return launch_fwd_mma(p, plan, x, w, y, stream, epilogue, prologue);
   }
@@ -187,14 +194,18 @@ cudaError_t launch_fwd(const DwConvParams& p, const FwdLaunchPlan& plan, const T
     case FwdKernel::kGemv:
       return p.stride_w == 1 ? launch_fwd_gemv_stride<T, 1>(p, plan, x, w, y, stream, epilogue, prologue)
                              : launch_fwd_gemv_stride<T, 2>(p, plan, x, w, y, stream, epilogue, prologue);
-    default: return cudaErrorInvalidValue;  // the tensor-core and register-filter kernels take fp16/bf16 only
+    // The tensor-core and register-filter kernels take fp16/bf16 only; the Hopper
+    // kernel is not in a build without sm_90 (the plan never picks it there).
+    default: return cudaErrorInvalidValue;
   }
 }
 
 template <typename T>
 cudaError_t run_dwconv_fwd(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
-                           const FwdEpilogue& epilogue, const FwdPrologue& prologue) {
+                           const FwdEpilogue& epilogue, const FwdPrologue& prologue, void* workspace,
+                           int64_t workspace_bytes) {
   FwdCall call;
+  call.workspace_bytes = workspace != nullptr && address_alignment(workspace) >= 16 ? workspace_bytes : 0;
   call.half_precision = !std::is_same_v<T, float>;
   call.epilogue = epilogue.active();
   call.prologue = prologue.active();
@@ -202,14 +213,14 @@ cudaError_t run_dwconv_fwd(const DwConvParams& p, const T* x, const T* w, T* y, 
   call.w_align = address_alignment(w);
   call.y_align = address_alignment(y);
   call.bias_align = address_alignment(epilogue.bias);
-  return launch_fwd(p, plan_fwd_launch(p, call, device_limits()), x, w, y, stream, epilogue, prologue);
+  return launch_fwd(p, plan_fwd_launch(p, call, device_limits()), x, w, y, stream, epilogue, prologue, workspace);
 }
 
 #define FLASHDWC_INSTANTIATE_CUDA(T)                                                                          \
   template cudaError_t launch_fwd<T>(const DwConvParams&, const FwdLaunchPlan&, const T*, const T*, T*,        \
-                                     cudaStream_t, const FwdEpilogue&, const FwdPrologue&);                    \
+                                     cudaStream_t, const FwdEpilogue&, const FwdPrologue&, void*);             \
   template cudaError_t run_dwconv_fwd<T>(const DwConvParams&, const T*, const T*, T*, cudaStream_t,            \
-                                         const FwdEpilogue&, const FwdPrologue&);
+                                         const FwdEpilogue&, const FwdPrologue&, void*, int64_t);
 
 FLASHDWC_INSTANTIATE_CUDA(float)
 FLASHDWC_INSTANTIATE_CUDA(__half)

@@ -8,6 +8,11 @@
 
 namespace flashdwc {
 
+int64_t bwd_data_workspace_bytes(const DwConvParams& p, bool half_precision, const DeviceLimits& device) {
+  if (!bwd_data_runs_as_forward(p)) return 0;
+  return fwd_workspace_bytes(stride1_bwd_data_as_fwd(p), half_precision, false, device);
+}
+
 BwdDataLaunchPlan plan_bwd_data_launch(const DwConvParams& p, const BwdDataCall& call, const DeviceLimits& device) {
   BwdDataLaunchPlan plan;
   const int64_t elem_bytes = call.half_precision ? 2 : 4;
@@ -18,6 +23,7 @@ BwdDataLaunchPlan plan_bwd_data_launch(const DwConvParams& p, const BwdDataCall&
     forward.x_align = call.dy_align;
     forward.w_align = call.w_align;
     forward.y_align = call.dx_align;
+    forward.workspace_bytes = call.workspace_bytes;
     plan.forward = plan_fwd_launch(stride1_bwd_data_as_fwd(p), forward, device);
     return plan;
   }

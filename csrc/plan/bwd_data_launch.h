@@ -19,6 +19,7 @@ namespace flashdwc {
 struct BwdDataCall {
   bool half_precision = false;  // fp16 or bf16
   int64_t dy_align = 16, w_align = 16, dx_align = 16;
+  int64_t workspace_bytes = 0;  // for the forward's Hopper kernel (FwdCall::workspace_bytes)
 };
 
 struct BwdDataLaunchPlan {
@@ -32,5 +33,9 @@ struct BwdDataLaunchPlan {
 };
 
 BwdDataLaunchPlan plan_bwd_data_launch(const DwConvParams& p, const BwdDataCall& call, const DeviceLimits& device);
+
+// Bytes of workspace the input gradient wants on `device`: the forward's
+// (fwd_workspace_bytes) where it runs as a forward, else 0.
+int64_t bwd_data_workspace_bytes(const DwConvParams& p, bool half_precision, const DeviceLimits& device);
 
 }  // namespace flashdwc

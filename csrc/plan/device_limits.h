@@ -14,6 +14,9 @@ struct DeviceLimits {
   int64_t smem_per_sm = 0;
   int64_t smem_reserved_per_block = 0;  // what the runtime keeps per resident block
   int64_t l2_bytes = 0;
+  // The Hopper forward (fwd/wgmma.cuh) can run: the library was built with its sm_90a
+  // code and the device is compute capability 9.0.
+  bool wgmma = false;
 };
 
 }  // namespace flashdwc

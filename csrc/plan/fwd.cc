@@ -7,12 +7,14 @@
 
 #include "fwd/mma_layout.h"
 #include "fwd/stride2_index.h"
+#include "fwd/wgmma_layout.h"
 #include "plan/thresholds.h"
 
 namespace flashdwc {
 
 const char* fwd_kernel_name(FwdKernel kernel) {
   switch (kernel) {
+    case FwdKernel::kWgmma: return "wgmma";
     case FwdKernel::kRegFilter: return "regfilter";
     case FwdKernel::kMma: return "mma";
     case FwdKernel::kRowStream: return "rowstream";
@@ -54,6 +56,25 @@ bool can_implement_fwd_mma(const DwConvParams& p, bool half_precision, const Dev
   if (mma_fwd_ceil_div(p.channels, Tr::kBlockChannels) > INT32_MAX) return false;
   const MmaFwdGrid g = make_mma_fwd_grid(p, 1, 1);
   return mma_fwd_smem_bytes(g) <= size_t(device.smem_per_block);
+}
+
+bool can_implement_fwd_wgmma(const DwConvParams& p, bool half_precision, const DeviceLimits& device) {
+  using Tr = WgmmaFwdTraits;
+  if (!half_precision || !device.wgmma) return false;
+  if (p.stride_h != 1 || p.stride_w != 1 || p.dilation_h != 1 || p.dilation_w != 1) return false;
+  if (p.out_h != p.in_h || p.out_w != p.in_w) return false;
+  if (p.pad_top < 0 || p.pad_top >= p.kernel_h || p.pad_left < 0 || p.pad_left >= p.kernel_w) return false;
+  const int64_t nq = wgmma_fwd_nq(p.kernel_w);
+  if (p.kernel_h < 1 || nq < 2 || nq > Tr::kMaxQ) return false;
+  if (p.batch <= 0 || p.in_h <= 0 || p.in_w <= 0 || p.channels <= 0 || p.channels % 8 != 0) return false;
+  // Grid: (unit blocks, C) for the kernel, (H, N, channel blocks) for the transposes.
+  if (p.channels > 65535 || p.batch > 65535 || p.in_h > INT32_MAX) return false;
+  const WgmmaFwdGrid g = make_wgmma_fwd_grid(p);
+  if (g.transpose_smem_bytes > Tr::kTransposeMaxSmem) return false;
+  if (device.smem_per_block > 0 && g.smem_bytes > device.smem_per_block) return false;
+  // The kernel's int sizes and unit count; the planar offsets are 64-bit.
+  const int64_t units = p.batch * g.strips;
+  return units <= INT32_MAX - Tr::kUnits && g.x_pitch <= INT32_MAX && p.kernel_h * p.kernel_w <= INT32_MAX;
 }
 
 // Stride 1, dilation 1, KW 3, 5 or 7, KH <= 9, C a multiple of the 16-byte channel
@@ -122,7 +143,16 @@ FwdKernel plan_fwd(const DwConvParams& p, bool half_precision, const DeviceLimit
              : plan_fwd_without_regfilter(p, half_precision, device);
 }
 
+// The Hopper kernel from fwd_wgmma_min_kernel taps in both directions (plan/thresholds.h).
 FwdKernel plan_fwd_without_regfilter(const DwConvParams& p, bool half_precision, const DeviceLimits& device) {
+  const int64_t min_kernel = kPlanThresholds.fwd_wgmma_min_kernel;
+  if (p.kernel_h >= min_kernel && p.kernel_w >= min_kernel && can_implement_fwd_wgmma(p, half_precision, device)) {
+    return FwdKernel::kWgmma;
+  }
+  return plan_fwd_without_wgmma(p, half_precision, device);
+}
+
+FwdKernel plan_fwd_without_wgmma(const DwConvParams& p, bool half_precision, const DeviceLimits& device) {
   const PlanThresholds& t = kPlanThresholds;
   const bool mma_faster = p.kernel_w >= t.fwd_mma_min_kernel_w ||
                           (p.kernel_w == t.fwd_mma_kw5_kernel_w &&

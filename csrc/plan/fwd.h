@@ -12,6 +12,7 @@ namespace flashdwc {
 
 // The forward kernels, fastest first.
 enum class FwdKernel {
+  kWgmma,      // fwd/wgmma.cuh (sm_90)
   kRegFilter,  // fwd/regfilter.cuh
   kMma,        // fwd/mma.cuh, fwd/mma_stream.cuh
   kRowStream,  // fwd/rowstream.cuh
@@ -63,10 +64,21 @@ bool can_implement_fwd_gemv(const DwConvParams& p);
 // falls back to the GEMV kernel).
 bool can_implement_fwd_stride2(const DwConvParams& p, bool half_precision);
 
+// fp16/bf16 on a device that runs the Hopper kernel (DeviceLimits::wgmma), stride 1,
+// dilation 1, the output as large as the input with padding before it in [0, K),
+// KW <= 57, C a multiple of 8, the transposes' row within their shared tile, the
+// kernel's shared memory within the device's limit, and the grid and its 32-bit
+// indices within bounds. The launch also needs 16-byte aligned buffers, no prologue
+// and the workspace (plan_fwd_launch falls back to plan_fwd_without_wgmma's kernel).
+bool can_implement_fwd_wgmma(const DwConvParams& p, bool half_precision, const DeviceLimits& device);
+
 // The kernel the forward runs for the problem on `device`.
 FwdKernel plan_fwd(const DwConvParams& p, bool half_precision, const DeviceLimits& device);
 // The kernel it runs where the register-filter kernel cannot: the fallback for the
 // problems that kernel takes when the call has a prologue or buffers it cannot move.
 FwdKernel plan_fwd_without_regfilter(const DwConvParams& p, bool half_precision, const DeviceLimits& device);
+// The kernel it runs where the Hopper kernel cannot: a call with a prologue, unaligned
+// buffers or no workspace.
+FwdKernel plan_fwd_without_wgmma(const DwConvParams& p, bool half_precision, const DeviceLimits& device);
 
 }  // namespace flashdwc

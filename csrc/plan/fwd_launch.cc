@@ -154,7 +154,27 @@ FwdLaunchPlan regfilter_plan(const DwConvParams& p, const DeviceLimits& device) 
   return plan;
 }
 
+// One block a (8 units, channel), 128 threads; the transposes' grid is the
+// launcher's, (H, N, channel blocks).
+FwdLaunchPlan wgmma_plan(const DwConvParams& p) {
+  using Tr = WgmmaFwdTraits;
+  FwdLaunchPlan plan;
+  plan.kernel = FwdKernel::kWgmma;
+  plan.vec = true;
+  const WgmmaFwdGrid& g = plan.wgmma = make_wgmma_fwd_grid(p);
+  plan.launch.grid.x = (p.batch * g.strips + Tr::kUnits - 1) / Tr::kUnits;
+  plan.launch.grid.y = p.channels;
+  plan.launch.block.x = Tr::kThreads;
+  plan.launch.smem_bytes = g.smem_bytes;
+  return plan;
+}
+
 }  // namespace
+
+int64_t fwd_workspace_bytes(const DwConvParams& p, bool half_precision, bool prologue, const DeviceLimits& device) {
+  if (prologue || plan_fwd(p, half_precision, device) != FwdKernel::kWgmma) return 0;
+  return make_wgmma_fwd_grid(p).workspace_bytes;
+}
 
 FwdLaunchPlan plan_fwd_regfilter_launch(const DwConvParams& p, const DeviceLimits& device) {
   return regfilter_plan(p, device);
@@ -183,6 +203,15 @@ FwdLaunchPlan plan_fwd_mma_launch(const DwConvParams& p, const FwdCall& call, co
 
 FwdLaunchPlan plan_fwd_launch(const DwConvParams& p, const FwdCall& call, const DeviceLimits& device) {
   FwdKernel kernel = plan_fwd(p, call.half_precision, device);
+  if (kernel == FwdKernel::kWgmma) {
+    // The Hopper kernel has no prologue, moves 16 bytes a thread and needs its
+    // workspace, which the lowering sizes by fwd_workspace_bytes.
+    if (!call.prologue && aligned16(call) && call.bias_align >= 2 &&
+        call.workspace_bytes >= make_wgmma_fwd_grid(p).workspace_bytes) {
+      return wgmma_plan(p);
+    }
+    kernel = plan_fwd_without_wgmma(p, call.half_precision, device);
+  }
   if (kernel == FwdKernel::kRegFilter) {
     // The register-filter kernel has no prologue and moves pairs of channels.
     if (!call.prologue && regfilter_aligned(call)) return regfilter_plan(p, device);

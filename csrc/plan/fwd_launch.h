@@ -12,6 +12,7 @@
 #include "fwd/regfilter_grid.h"
 #include "fwd/rowstream_grid.h"
 #include "fwd/stride2_index.h"
+#include "fwd/wgmma_layout.h"
 #include "plan/device_limits.h"
 #include "plan/fwd.h"
 #include "plan/launch_config.h"
@@ -26,6 +27,8 @@ struct FwdCall {
   // Each buffer's address_alignment (plan/launch_config.h); the bias's is 16 when
   // there is none.
   int64_t x_align = 16, w_align = 16, y_align = 16, bias_align = 16;
+  // Bytes of workspace the call has (the Hopper kernel's planar copies; 0: none).
+  int64_t workspace_bytes = 0;
 };
 
 // Sizes the plan reads of the kernels' template instances (the launchers
@@ -58,10 +61,16 @@ struct FwdLaunchPlan {
   FwdStride2Grid stride2{};
   RegFilterGrid regfilter{};
   MmaFwdGrid mma{};
+  WgmmaFwdGrid wgmma{};
 };
 
 // The launch of the forward for the problem and call on `device`.
 FwdLaunchPlan plan_fwd_launch(const DwConvParams& p, const FwdCall& call, const DeviceLimits& device);
+
+// Bytes of workspace the forward of the problem wants on `device`: the Hopper
+// kernel's planar copies where plan_fwd picks it and the call has no prologue, else 0.
+// The lowering gives the custom call a workspace of this size.
+int64_t fwd_workspace_bytes(const DwConvParams& p, bool half_precision, bool prologue, const DeviceLimits& device);
 
 // One kernel's launch, where the caller has chosen it (the launchers' test entry
 // points). plan_fwd_mma_launch: tiles_per_block as launch_fwd_mma's (fwd/mma.h).

@@ -27,6 +27,13 @@ struct PlanThresholds {
   // and 1024, tensor cores took 1.03-1.16 of the time.
   int64_t fwd_mma_kw5_kernel_w = 5;
   int64_t fwd_mma_kw5_min_out_w = 65;
+  // Forward, fp16/bf16 on sm_90: the Hopper wgmma kernel (fwd/wgmma.cuh) from this
+  // filter size in both directions. Stand-alone on the H200, bf16, 128x64x64x256 with
+  // both transposes: k = 31 185.0 and k = 51 310.8 TFLOP/s against mma.sync's 148 and
+  // 158; k = 17 83.1 against 106 (benchmarks/results/wgmma_fwd_h200.txt). Between 17
+  // and 31, and filters under 31 in one direction (SLaK's 51x5 strips), unmeasured:
+  // they stay on mma.sync.
+  int64_t fwd_wgmma_min_kernel = 31;
   // Forward, fp16/bf16 3x3 and 5x5: the register-filter kernel takes C not a multiple
   // of 64 where the padding lanes (pairs rounded up to 32) are at most this percentage
   // of the pairs: EfficientNet-B0's 480 and 672 channels (7% and 5%), 240 (7%), 160
@@ -102,6 +109,7 @@ void for_each_threshold(Fn&& fn) {
   fn("fwd_mma_min_kernel_w", t.fwd_mma_min_kernel_w);
   fn("fwd_mma_kw5_kernel_w", t.fwd_mma_kw5_kernel_w);
   fn("fwd_mma_kw5_min_out_w", t.fwd_mma_kw5_min_out_w);
+  fn("fwd_wgmma_min_kernel", t.fwd_wgmma_min_kernel);
   fn("fwd_regfilter_max_idle_lanes_pct", t.fwd_regfilter_max_idle_lanes_pct);
   fn("bwd_filter_mma_min_kernel_w", t.bwd_filter_mma_min_kernel_w);
   fn("bwd_filter_mma_kw7_kernel_w", t.bwd_filter_mma_kw7_kernel_w);

@@ -4,7 +4,7 @@
 // which it sends there.
 // Build (from the repository root):
 //   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc tests/cuda/check_fwd_regfilter.cu \
-//        csrc/fwd/*.cu csrc/plan/*.cc -o check_fwd_regfilter
+//        csrc/fwd/{launch,mma,regfilter}.cu csrc/plan/*.cc -o check_fwd_regfilter
 // Run: ./check_fwd_regfilter
 // Every shape checks that the dispatcher picks the kernel, poisons y with NaN and
 // guards it with canary bytes, and compares every output (y = relu(conv + bias) on
