@@ -1,4 +1,4 @@
-"""CPU model of benchmarks/cuda/time_fwd_wgmma.cu's index mapping, checked against a
+"""CPU model of the Hopper forward's index mapping (csrc/fwd/wgmma.cuh), checked against a
 direct convolution: the only check of that kernel's layouts short of a Hopper GPU.
 
 It follows the kernel step by step on shared memory modelled as byte arrays:
