@@ -539,3 +539,18 @@ def test_hopper_forward_launch_needs_its_workspace_and_no_prologue():
   assert bwd["kernel"] == "forward:wgmma"
   strided = dict(p, stride_h=2, stride_w=2, out_h=32, out_w=32)
   assert _native.bwd_data_workspace_bytes(strided, half_precision=True, device=H200_WGMMA) == 0
+
+
+def test_hopper_forward_index_model():
+  """The Hopper kernel's index mapping, B bricks, staging ring, fragments and both
+  transposes, replayed on the CPU against a direct convolution
+  (benchmarks/cuda/wgmma_fwd_model.py), with the padding, rectangular filters and
+  rotated filter the library gives it."""
+  import importlib.util
+  import os
+
+  path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "cuda", "wgmma_fwd_model.py")
+  spec = importlib.util.spec_from_file_location("wgmma_fwd_model", path)
+  model = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(model)
+  assert model.check_all()

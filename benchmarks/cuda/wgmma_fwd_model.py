@@ -16,7 +16,7 @@ It follows the kernel step by step on shared memory modelled as byte arrays:
   - separately, the two transpose kernels' loops (16-byte vectors on the global side,
     a [64][tp] shared tile), checked against the array-level transposes above.
 Inputs are bf16 values; sums are float32 (as the tensor cores'), the output is rounded
-to bf16. Run: python benchmarks/cuda/wgmma_fwd_model.py
+to bf16. Run: python benchmarks/cuda/wgmma_fwd_model.py (tests/test_dispatch.py runs it too)
 """
 import numpy as np
 
@@ -37,9 +37,12 @@ def nq_for(kw):
     return (kw + 7 + 15) // 16
 
 
-def conv_model(x_bits, w_bits, kh, kw, rn, lbo=128, sbo=256):
+def conv_model(x_bits, w_bits, kh, kw, rn, lbo=128, sbo=256, ph=None, pw=None, flip=False):
+    """The kernel's y (bf16 bits) for padding ph, pw before the input (default K // 2),
+    the output as large as the input, the filter read rotated by 180 degrees if flip."""
     n_img, h, w_img, c_all = x_bits.shape
-    ph, pw = kh // 2, kw // 2
+    ph = kh // 2 if ph is None else ph
+    pw = kw // 2 if pw is None else pw
     nq = nq_for(kw)
     xw = UNIT_W - 8 + 16 * nq
     chunks = xw // 8
@@ -75,6 +78,8 @@ def conv_model(x_bits, w_bits, kh, kw, rn, lbo=128, sbo=256):
             unit0 = bx * UNITS
             # ---- B bricks, the kernel's word loop ----
             taps = w_bits[:, :, c].reshape(-1)
+            if flip:  # taps[i] = w[(KH KW - 1 - i)]
+                taps = taps[::-1]
             smem_b = np.zeros((nq * rows_b + rn) * BRICK, np.uint8)
             words = (nq * rows_b + rn) * (BRICK // 4)
             bw = np.zeros(words, np.uint32)
@@ -197,10 +202,11 @@ def conv_model(x_bits, w_bits, kh, kw, rn, lbo=128, sbo=256):
     return yt[:, :, :, :w_img].transpose(1, 2, 3, 0)  # from_planar
 
 
-def direct(x, w):
+def direct(x, w, ph=None, pw=None):
     n, h, wd, c = x.shape
     kh, kw = w.shape[:2]
-    ph, pw = kh // 2, kw // 2
+    ph = kh // 2 if ph is None else ph
+    pw = kw // 2 if pw is None else pw
     xp = np.zeros((n, h + kh - 1, wd + kw - 1, c), np.float64)
     xp[:, ph:ph + h, pw:pw + wd] = x
     y = np.zeros((n, h, wd, c), np.float64)
@@ -210,17 +216,24 @@ def direct(x, w):
     return y
 
 
-def check(n, h, wd, c, k, rn, seed=0):
+def check(n, h, wd, c, k, rn, seed=0, kw=None, ph=None, pw=None, flip=False):
+    """k x kw filter (square if kw is None), padding ph, pw before the input, flip: the
+    input gradient's rotated filter, against a direct convolution with that filter."""
+    kh, kw = k, k if kw is None else kw
     rng = np.random.default_rng(seed)
     x = rng.uniform(-1, 1, (n, h, wd, c)).astype(np.float32)
-    w = rng.uniform(-1, 1, (k, k, c)).astype(np.float32)
+    w = rng.uniform(-1, 1, (kh, kw, c)).astype(np.float32)
     xb, wb = bf16_bits(x), bf16_bits(w)
-    y = bits_f32(conv_model(xb, wb, k, k, rn))
-    ref = direct(bits_f32(xb).astype(np.float64), bits_f32(wb).astype(np.float64))
+    y = bits_f32(conv_model(xb, wb, kh, kw, rn, ph=ph, pw=pw, flip=flip))
+    w_ref = bits_f32(wb).astype(np.float64)
+    if flip:
+        w_ref = w_ref[::-1, ::-1]
+    ref = direct(bits_f32(xb).astype(np.float64), w_ref, ph, pw)
     finite = np.isfinite(y).all()
     rel = np.abs(y - ref).max() / np.abs(ref).max() if finite else np.inf
     ok = finite and rel <= 1e-2
-    print(f"N,H,W,C = {n},{h},{wd},{c} k{k} RN={rn}: max rel err {rel:.2e} {'PASS' if ok else 'FAIL'}", flush=True)
+    print(f"N,H,W,C = {n},{h},{wd},{c} {kh}x{kw} pad ({ph}, {pw}) flip {flip} RN={rn}: max rel err {rel:.2e} "
+          f"{'PASS' if ok else 'FAIL'}", flush=True)
     return ok
 
 
@@ -296,7 +309,8 @@ def check_transposes(n, h, w_img, c, k, seed=0):
     return ok
 
 
-if __name__ == "__main__":
+def check_all():
+    """Every case below; True if all pass."""
     cases = [
         (9, 20, 64, 1, 7, 16),   # 8 images a block + one more block, two tiles
         (3, 21, 70, 1, 9, 4),    # width not a multiple of 64, units past the batch
@@ -306,8 +320,17 @@ if __name__ == "__main__":
         (2, 33, 24, 2, 13, 8),   # two channels, three tiles
     ]
     ok = all([check(*cs) for cs in cases])
+    # The library's geometry: padding before the input anywhere in [0, K) (one side
+    # only), a rectangular filter, the rotated filter of the input gradient.
+    ok = check(3, 20, 33, 2, 9, 8, kw=7, ph=0, pw=6) and ok
+    ok = check(2, 18, 70, 1, 17, 16, kw=19, ph=16, pw=0, flip=True) and ok
+    ok = check(1, 9, 12, 1, 11, 8, ph=3, pw=8, flip=True) and ok
     transpose_cases = [(1, 2, 64, 64, 31), (2, 1, 5, 128, 17), (1, 2, 70, 64, 51), (1, 1, 130, 64, 7),
                        (1, 2, 9, 32, 17), (2, 1, 21, 96, 9)]  # a partial last block of channels
     ok = all([check_transposes(*cs) for cs in transpose_cases]) and ok
     print("ALL PASS" if ok else "SOME FAILED")
-    raise SystemExit(0 if ok else 1)
+    return ok
+
+
+if __name__ == "__main__":
+    raise SystemExit(0 if check_all() else 1)
