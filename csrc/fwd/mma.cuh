@@ -221,18 +221,6 @@ struct BlockState {
 };
 static_assert(sizeof(BlockState) == kMmaFwdBlockStateBytes, "mma_fwd_smem_bytes counts it");
 
-// Two floats as one 32-bit word of T, the first in the low half.
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __half>) {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  }
-}
-
 // The low and high halves of a word packed by pack2.
 template <typename T>
 __device__ __forceinline__ T unpack_lo(uint32_t v) {

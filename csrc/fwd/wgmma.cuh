@@ -56,7 +56,7 @@
 
 #include "common/cuda_types.cuh"
 #include "common/epilogue.h"
-#include "common/mma_sync.cuh"  // shared_address, ldmatrix_x4
+#include "common/mma_sync.cuh"  // shared_address, ldmatrix_x4, pack2
 #include "fwd/wgmma_layout.h"
 
 namespace flashdwc {
@@ -137,17 +137,6 @@ FLASHDWC_WG_128("f16", __half)
 #undef FLASHDWC_WG_HEAD
 #undef FLASHDWC_WG_A
 #undef FLASHDWC_WG_D4
-
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __half>) {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  }
-}
 
 // ---- layout transforms ------------------------------------------------------------------
 // Both move 16 bytes a thread on the global side: 8 channels of one pixel on the NHWC
