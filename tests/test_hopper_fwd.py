@@ -49,7 +49,7 @@ def _require_hopper_kernel(case):
     pytest.skip(f"the plan picks {kernel!r} on this GPU: not compute capability 9.0, or a build without sm_90")
 
 
-def _inputs(case, dtype, gpu, seed):
+def _inputs(case, dtype, seed):
   rng = np.random.default_rng(seed)
   x = uniform(rng, case.x_shape, dtype)
   w = uniform(rng, case.kernel_shape, dtype)
@@ -61,7 +61,7 @@ def _inputs(case, dtype, gpu, seed):
 def test_hopper_forward_matches_oracle(case, dtype, gpu):
   _require_hopper_kernel(case)
   seed = fresh_seed()
-  x, w, _ = _inputs(case, dtype, gpu, seed)
+  x, w, _ = _inputs(case, dtype, seed)
   fn = jax.jit(lambda x, w: depthwise_conv2d(x, w, implementation="flashdwc", **case.conv_kwargs()))
   hlo = fn.lower(jnp.asarray(x, dtype), jnp.asarray(w, dtype)).compile().as_text()
   assert "flashdwc_fwd" in hlo and "convolution(" not in hlo
@@ -78,7 +78,7 @@ def test_hopper_forward_fused_bias_and_activation(case, activation, gpu):
   _require_hopper_kernel(case)
   dtype = jnp.bfloat16
   seed = fresh_seed()
-  x, w, rng = _inputs(case, dtype, gpu, seed)
+  x, w, rng = _inputs(case, dtype, seed)
   bias = uniform(rng, (case.c,), dtype)
   fn = jax.jit(lambda x, w, b: depthwise_conv2d(x, w, bias=b, activation=activation, implementation="flashdwc",
                                                 **case.conv_kwargs()))
@@ -95,7 +95,7 @@ def test_hopper_forward_fused_bias_and_activation(case, activation, gpu):
 def test_hopper_input_gradient_matches_oracle(case, dtype, gpu):
   _require_hopper_kernel(case)
   seed = fresh_seed()
-  x, w, rng = _inputs(case, dtype, gpu, seed)
+  x, w, rng = _inputs(case, dtype, seed)
   dy = uniform(rng, case.x_shape, dtype)  # the output is as large as the input
 
   def dx_of(conv, x, w, dy):

@@ -206,10 +206,8 @@ FwdLaunchPlan plan_fwd_launch(const DwConvParams& p, const FwdCall& call, const 
   if (kernel == FwdKernel::kWgmma) {
     // The Hopper kernel has no prologue, moves 16 bytes a thread and needs its
     // workspace, which the lowering sizes by fwd_workspace_bytes.
-    if (!call.prologue && aligned16(call) && call.bias_align >= 2 &&
-        call.workspace_bytes >= make_wgmma_fwd_grid(p).workspace_bytes) {
-      return wgmma_plan(p);
-    }
+    FwdLaunchPlan plan = wgmma_plan(p);
+    if (!call.prologue && aligned16(call) && call.workspace_bytes >= plan.wgmma.workspace_bytes) return plan;
     kernel = plan_fwd_without_wgmma(p, call.half_precision, device);
   }
   if (kernel == FwdKernel::kRegFilter) {
