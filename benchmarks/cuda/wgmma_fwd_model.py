@@ -244,8 +244,8 @@ def tile_pitch(w_img):
     return (w_img + 7) // 8 * 8 + 2
 
 
-def to_planar_kernel(x_bits, pw, wpad):
-    """to_planar_kernel's loops: per block (h, n, 64 channels) 8 channels of a pixel
+def dwconv_to_planar_kernel(x_bits, pw, wpad):
+    """dwconv_to_planar_kernel's loops: per block (h, n, 64 channels) 8 channels of a pixel
     into the tile, then 8 columns of a channel row out, zeros outside the image."""
     n_img, h_img, w_img, c_all = x_bits.shape
     tp = tile_pitch(w_img)
@@ -269,8 +269,8 @@ def to_planar_kernel(x_bits, pw, wpad):
     return xt
 
 
-def from_planar_kernel(yt, w_img):
-    """from_planar_kernel's loops: 8 columns of a channel row into the tile, then 8
+def dwconv_from_planar_kernel(yt, w_img):
+    """dwconv_from_planar_kernel's loops: 8 columns of a channel row into the tile, then 8
     channels of a pixel out."""
     c_all, n_img, h_img, wy = yt.shape
     tp = tile_pitch(w_img)
@@ -301,10 +301,10 @@ def check_transposes(n, h, w_img, c, k, seed=0):
     wpad, wy = UNIT_W * wt + 16 * nq - 8, UNIT_W * wt
     want = np.zeros((c, n, h, wpad), np.uint16)
     want[:, :, :, pw:pw + w_img] = x_bits.transpose(3, 0, 1, 2)
-    xt = to_planar_kernel(x_bits, pw, wpad)
+    xt = dwconv_to_planar_kernel(x_bits, pw, wpad)
     yt = np.full((c, n, h, wy), 0x1234, np.uint16)
     yt[:, :, :, :w_img] = x_bits.transpose(3, 0, 1, 2)
-    ok = np.array_equal(xt, want) and np.array_equal(from_planar_kernel(yt, w_img), x_bits)
+    ok = np.array_equal(xt, want) and np.array_equal(dwconv_from_planar_kernel(yt, w_img), x_bits)
     print(f"transposes N,H,W,C = {n},{h},{w_img},{c} k{k}: {'PASS' if ok else 'FAIL'}", flush=True)
     return ok
 

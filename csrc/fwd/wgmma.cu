@@ -46,11 +46,11 @@ cudaError_t launch_fwd_wgmma(const DwConvParams& p, const FwdLaunchPlan& plan, c
   const dim3 transpose_grid(unsigned(p.in_h), unsigned(p.batch),
                             unsigned((p.channels + Tr::kTransposeChannels - 1) / Tr::kTransposeChannels));
   const size_t transpose_smem = size_t(g.transpose_smem_bytes);
-  wgmma_fwd::to_planar_kernel<T><<<transpose_grid, Tr::kTransposeThreads, transpose_smem, stream>>>(
+  wgmma_fwd::dwconv_to_planar_kernel<T><<<transpose_grid, Tr::kTransposeThreads, transpose_smem, stream>>>(
       reinterpret_cast<const uint16_t*>(x), const_cast<uint16_t*>(a.xt), p, g.x_pitch);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   if (cudaError_t err = launch_conv_any<T>(g, a, plan.launch, stream); err != cudaSuccess) return err;
-  wgmma_fwd::from_planar_kernel<T><<<transpose_grid, Tr::kTransposeThreads, transpose_smem, stream>>>(
+  wgmma_fwd::dwconv_from_planar_kernel<T><<<transpose_grid, Tr::kTransposeThreads, transpose_smem, stream>>>(
       a.yt, reinterpret_cast<uint16_t*>(y), p, g.y_pitch);
   return cudaGetLastError();
 }

@@ -150,9 +150,9 @@ FLASHDWC_WG_128("f16", __half)
 // elsewhere.
 // T (__half or __nv_bfloat16) only names the instance; both move 2-byte bit patterns.
 template <typename T>
-__global__ void __launch_bounds__(Tr::kTransposeThreads) to_planar_kernel(const uint16_t* __restrict__ x,
-                                                                         uint16_t* __restrict__ xt, DwConvParams p,
-                                                                         int64_t x_pitch) {
+__global__ void __launch_bounds__(Tr::kTransposeThreads)
+    dwconv_to_planar_kernel(const uint16_t* __restrict__ x, uint16_t* __restrict__ xt, DwConvParams p,
+                            int64_t x_pitch) {
   extern __shared__ uint16_t tile[];
   const int64_t h = blockIdx.x, n = blockIdx.y, c0 = int64_t(blockIdx.z) * Tr::kTransposeChannels;
   const int w_img = int(p.in_w);
@@ -190,9 +190,9 @@ __global__ void __launch_bounds__(Tr::kTransposeThreads) to_planar_kernel(const 
 
 // yt[c][n][h][y_pitch] (columns < W read) -> y (N, H, W, C).
 template <typename T>
-__global__ void __launch_bounds__(Tr::kTransposeThreads) from_planar_kernel(const uint16_t* __restrict__ yt,
-                                                                           uint16_t* __restrict__ y, DwConvParams p,
-                                                                           int64_t y_pitch) {
+__global__ void __launch_bounds__(Tr::kTransposeThreads)
+    dwconv_from_planar_kernel(const uint16_t* __restrict__ yt, uint16_t* __restrict__ y, DwConvParams p,
+                              int64_t y_pitch) {
   extern __shared__ uint16_t tile[];
   const int64_t h = blockIdx.x, n = blockIdx.y, c0 = int64_t(blockIdx.z) * Tr::kTransposeChannels;
   const int w_img = int(p.out_w);

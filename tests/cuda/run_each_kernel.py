@@ -23,7 +23,9 @@ CASES = [
     (1, 9, 28, 40, 9, 9, 1, 1, jnp.float32),      # lane bwd_filter TM 9, a ragged channel block
     (2, 19, 37, 42, 5, 5, 2, 1, jnp.float32),     # GEMV stride 2, phase bwd_data (5x5, 2 channels), split bwd_filter
     (1, 17, 140, 24, 9, 9, 1, 1, jnp.bfloat16),   # tensor cores: fwd (2 strips, masked channels), bwd_data, bwd_filter
-    (1, 40, 40, 16, 31, 31, 1, 1, jnp.float16),   # tensor cores: fwd (filter chunks), bwd_filter (2 M tiles, 2 groups)
+    (1, 40, 40, 16, 31, 31, 1, 1, jnp.float16),   # tensor cores: fwd (filter chunks; on sm_90 the fused call only),
+                                                  # bwd_filter (2 M tiles, 2 groups); sm_90: wgmma fwd and bwd_data
+    (2, 21, 70, 40, 31, 33, 1, 1, jnp.bfloat16),  # sm_90: wgmma fwd and bwd_data, W and C not multiples of 64
     (2, 11, 13, 6, 3, 3, 3, 2, jnp.float32),      # direct fwd, direct bwd_data, direct bwd_filter
     (1, 9, 10, 5, 3, 4, 1, 1, jnp.float32),       # scalar (C % 4 != 0) paths
     (2, 13, 29, 72, 3, 3, 1, 1, jnp.bfloat16),    # half row-stream fwd, ragged 2nd 64-channel block
