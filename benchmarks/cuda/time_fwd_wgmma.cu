@@ -11,8 +11,11 @@
 // Run: ./build/time_fwd_wgmma        (exit status 0 only if every check passed)
 //      ./build/time_fwd_wgmma --small    the edge points, checked and not timed: small
 //      enough to run under compute-sanitizer (memcheck, racecheck, synccheck)
+//      ./build/time_fwd_wgmma --point I  only point I (0-based, bf16 then fp16), checked and
+//      not timed: one large launch for Nsight Compute
 // benchmarks/cuda/wgmma_fwd_model.py checks the kernel's index mapping on the CPU.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -143,6 +146,7 @@ bool point(int64_t n, int64_t h, int64_t w, int64_t c, int64_t k, const flashdwc
 
 int main(int argc, char** argv) {
   const bool small = argc > 1 && std::strcmp(argv[1], "--small") == 0;
+  const int only = argc > 2 && std::strcmp(argv[1], "--point") == 0 ? std::atoi(argv[2]) : -1;
   flashdwc::DeviceLimits device = flashdwc::device_limits();
   if (!device.wgmma) {
     std::printf("FAIL: needs a compute capability 9.0 GPU (wgmma, sm_90a)\n");
@@ -160,9 +164,11 @@ int main(int argc, char** argv) {
                           {3, 21, 70, 32, 31},      {5, 40, 130, 96, 31},   {2, 9, 5, 8, 33}};
   const int count = int(sizeof(points) / sizeof(points[0]));
   for (int i = small ? count - 3 : 0; i < count; ++i) {
+    if (only >= 0 && i != only) continue;
     const Point& q = points[i];
-    ok = point<__nv_bfloat16>(q.n, q.h, q.w, q.c, q.k, device, !small) && ok;
-    ok = point<__half>(q.n, q.h, q.w, q.c, q.k, device, !small) && ok;
+    const bool timed = !small && only < 0;
+    ok = point<__nv_bfloat16>(q.n, q.h, q.w, q.c, q.k, device, timed) && ok;
+    ok = point<__half>(q.n, q.h, q.w, q.c, q.k, device, timed) && ok;
   }
   std::printf("%s\n", ok ? "ALL PASS" : "SOME FAILED");
   return ok ? 0 : 1;
