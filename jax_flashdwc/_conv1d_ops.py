@@ -81,12 +81,12 @@ def _missing_cuda_lowering(ctx, *operands, **params):
                             "them on a GPU: reinstall it where nvcc is on PATH, or pass implementation='xla'.")
 
 
-def _call_primitive(name, abstract, attributes):
+def _call_primitive(name, abstract, attributes, **lowering_args):
   prim = Primitive(name + "_call")
   prim.multiple_results = True
   prim.def_impl(partial(apply_primitive, prim))
   prim.def_abstract_eval(abstract)
-  lower = jax.ffi.ffi_lowering(name)
+  lower = jax.ffi.ffi_lowering(name, **lowering_args)
 
   def rule(ctx, *operands, **params):
     return lower(ctx, *operands, **attributes(**params))
@@ -121,6 +121,16 @@ _bwd_call_p = _call_primitive(
                                                      chunk=_i64(chunk)))
 
 
+# The decoding step: (y, new_state) from x_t (N, C), state (N, K - 1, C), w, b; the new
+# state is written over the state's buffer (operand 1 aliases result 1), so under
+# jit with the state donated no copy of it is made.
+_step_call_p = _call_primitive(
+    "flashdwc_conv1d_step",
+    lambda x, state, w, b, **_: [ShapedArray(x.shape, x.dtype), ShapedArray(state.shape, state.dtype)],
+    lambda activation: dict(activation=_i64(_activations.code(activation))),
+    operand_output_aliases={1: 1})
+
+
 # The custom calls with their sharding rules (_conv1d_partitioning.py): the backward
 # one sums its float32 filter and bias partials per shard, then across shards.
 _fwd_partitioned = _conv1d_partitioning.partitioned_fwd(
@@ -135,6 +145,9 @@ def _bwd_sums(x, w, b, seg, state, dy, pad_lo, dilation, activation, chunk):
 
 
 _bwd_partitioned = _conv1d_partitioning.partitioned_bwd(_bwd_sums)
+
+_step_partitioned = _conv1d_partitioning.partitioned_step(
+    lambda x, state, w, b, activation: tuple(_step_call_p.bind(x, state, w, b, activation=activation)))
 
 
 # --- the public primitives ---------------------------------------------------
@@ -185,6 +198,16 @@ def _tangent_impl(x, w, b, seg, state, tx, tw, tb, tstate, *, pad_lo, dilation, 
 
 conv1d_tangent_p = _primitive("flashdwc_conv1d_tangent", lambda x, *_, **__: ShapedArray(x.shape, x.dtype),
                               _tangent_impl)
+
+
+def _step_impl(x, state, w, b, *, activation):
+  return list(_step_partitioned(x, state, w, b, activation))
+
+
+conv1d_step_p = _primitive(
+    "flashdwc_conv1d_step",
+    lambda x, state, w, b, **_: [ShapedArray(x.shape, x.dtype), ShapedArray(state.shape, state.dtype)],
+    _step_impl, multiple_results=True)
 
 
 def conv1d_fwd(x, w, b, seg, state, *, pad_lo, dilation, activation):
@@ -250,6 +273,23 @@ def _jvp_by_reference(prim, reference, seg_index):
 
 _jvp_by_reference(conv1d_tangent_p, _reference_tangent, 3)
 _jvp_by_reference(conv1d_bwd_p, _reference_bwd, 3)
+
+
+def _reference_step(x, state, w, b, *, activation):
+  y, new_state = _conv1d_xla.conv1d_update(x, state, w, b if b.shape[0] else None, activation)
+  return [y, new_state]
+
+
+def _step_jvp(primals, tangents, **params):
+  # The step's derivative is the jnp step's (a decoding loop is rarely differentiated;
+  # correct, not fast), its value the kernel's.
+  out = conv1d_step_p.bind(*primals, **params)
+  _, t_out = jax.jvp(lambda *a: _reference_step(*a, **params), tuple(primals),
+                     tuple(_instantiate(t, p) for t, p in zip(tangents, primals)))
+  return out, t_out
+
+
+ad.primitive_jvps[conv1d_step_p] = _step_jvp
 
 
 # --- batching ----------------------------------------------------------------
@@ -324,6 +364,19 @@ def _batch_bwd(args, dims, **params):
   return [ops._from_channels(a, size) for a in (dx, dstate, dw)] + [db], [0] * 4
 
 
+def _batch_step(args, dims, **params):
+  """vmap of conv1d_step_p: the vmapped axis folded into N where the filter and bias
+  are shared, else the jnp step vmapped."""
+  size = next(a.shape[d] for a, d in zip(args, dims) if d is not _NOT_MAPPED)
+  x, state, w, b = args
+  if size > 0 and _unmapped(dims, 2, 3):
+    y, new_state = conv1d_step_p.bind(_fold_into_n(x, dims[0], size), _fold_into_n(state, dims[1], size), w, b,
+                                      **params)
+    return [y.reshape(size, -1, *y.shape[1:]), new_state.reshape(size, -1, *new_state.shape[1:])], [0, 0]
+  return _batch_by_reference(_reference_step, True)(args, dims, **params)
+
+
+batching.primitive_batchers[conv1d_step_p] = _batch_step
 batching.primitive_batchers[conv1d_fwd_p] = _batch_fwd
 batching.primitive_batchers[conv1d_tangent_p] = _batch_tangent
 batching.primitive_batchers[conv1d_bwd_p] = _batch_bwd

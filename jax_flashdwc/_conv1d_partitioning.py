@@ -114,6 +114,48 @@ def _ordered(factors, operands):
   return tuple(sorted((f for f in factors if f in order), key=order.index))
 
 
+def _step_shardings(mesh, arg_shapes):
+  """Operand and result shardings of the decoding step: x_t (N, C), state (N, S, C),
+  w (K, 1, C), bias (C,) or (0,); N and C shard, S and K never."""
+  x, state, w, b = arg_shapes
+  specs = [(_spec_of(x), 0, 1), (_spec_of(state), 0, 2), (_spec_of(w), None, 2)]
+  if b.shape[0]:
+    specs.append((_spec_of(b), None, 0))
+  batch, channels = _plan_axes(specs)
+  n, c = _entry(batch), _entry(channels)
+  step, state_sharding = NamedSharding(mesh, P(n, c)), NamedSharding(mesh, P(n, None, c))
+  operands = (step, state_sharding, NamedSharding(mesh, P(None, None, c)),
+              NamedSharding(mesh, P(c) if b.shape[0] else P()))
+  return operands, (step, state_sharding)
+
+
+def _step_rule(*args):
+  *_static, _mesh, arg_types, _result_types = args
+  bias = "c" if tuple(ir.RankedTensorType(arg_types[3]).shape)[0] else "nobias"
+  operands = ["n c", "n s c", "k one c", bias]
+  return (f"{', '.join(operands)} -> n c, n s c",
+          dict(need_replication_factors=_ordered(["s", "k", "one", "nobias"], operands)))
+
+
+def partitioned_step(call):
+  """`call(x_t, state, w, b, activation) -> (y, new_state)`, the decoding step, as a
+  partitioned function: each device steps its own sequences and channels."""
+  fn = custom_partitioning(call, static_argnums=(4,))
+
+  def infer(*args):
+    *_static, mesh, arg_shapes, _result_shape = args
+    return _step_shardings(mesh, _decoded(mesh, arg_shapes))[1]
+
+  def partition(*args):
+    *static, mesh, arg_shapes, _result_shape = args
+    operands, results = _step_shardings(mesh, _decoded(mesh, arg_shapes))
+    return mesh, lambda *ops: call(*ops, *static), results, operands
+
+  fn.def_partition(partition=partition, infer_sharding_from_operands=infer, propagate_user_sharding=None,
+                   decode_shardings=False, sharding_rule=_step_rule)
+  return fn
+
+
 def partitioned_fwd(call):
   """`call(x, w, b, seg, state, pad_lo, dilation, activation) -> y` as a partitioned function."""
   fn = custom_partitioning(call, static_argnums=(5, 6, 7))

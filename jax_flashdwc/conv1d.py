@@ -165,9 +165,9 @@ def depthwise_conv1d_update(
     kernel: (K, 1, C) in x_t's dtype; bias, activation as in depthwise_conv1d.
     implementation: None or "xla": the step in jnp, elementwise work XLA fuses
       (10.8 µs a step for 64 x 5120 bf16 channels, K = 4, on an H200, decoding 128
-      steps in one executable); "flashdwc": y_t from the 1-D forward kernel at
-      length 1 with the state as its initial state, the new state by XLA (13.8 µs
-      a step there, so not the default).
+      steps in one executable); "flashdwc": one custom call that forms y_t and
+      writes the new state over the old one's buffer (not yet timed on a GPU, so
+      not the default; its derivative is the jnp step's).
 
   Returns:
     (y_t (N, C), new_state (N, K - 1, C)): y_t equals the causal convolution's
@@ -175,9 +175,9 @@ def depthwise_conv1d_update(
     Under ``jax.jit(depthwise_conv1d_update, donate_argnums=1)`` the new state
     reuses the old state's buffer.
   """
-  k = check_update(x_t, state, kernel, bias, activation, implementation)
+  check_update(x_t, state, kernel, bias, activation, implementation)
   if implementation != "flashdwc":
     return _conv1d_xla.conv1d_update(x_t, state, kernel, bias, activation)
-  y = depthwise_conv1d(x_t[:, None], kernel, bias=bias, activation=activation,
-                       initial_state=state if k > 1 else None, implementation="flashdwc")[:, 0]
-  return y, _conv1d_xla.shifted_state(state, x_t)
+  b = jnp.zeros((0,), x_t.dtype) if bias is None else bias
+  y, new_state = _conv1d_ops.conv1d_step_p.bind(x_t, state, kernel, b, activation=activation)
+  return y, new_state

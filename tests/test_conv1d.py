@@ -6,6 +6,8 @@ handlers and, where a GPU is present, again on the CUDA ones. Inputs are drawn
 fresh each run; a failure prints its seed.
 """
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -447,14 +449,53 @@ def test_update_with_k1_and_jit(implementation, device):
   assert s.shape == (2, 0, 3)
 
 
-def test_update_on_the_kernels_runs_the_1d_forward(device):
-  """implementation='flashdwc' computes y_t with the 1-D forward custom call; the
-  default runs none."""
+def test_update_on_the_kernels_is_one_step_call_writing_the_state_in_place(device):
+  """implementation='flashdwc' is one step custom call whose new state aliases the
+  state operand; the default runs none."""
   x_t, s = put(np.ones((2, 8), np.float32), device), put(np.ones((2, 3, 8), np.float32), device)
   w = put(np.ones((4, 1, 8), np.float32), device)
   ours = lambda x_t, s, w: depthwise_conv1d_update(x_t, s, w, activation="silu", implementation="flashdwc")
-  assert _custom_calls(ours, x_t, s, w) == {"flashdwc_conv1d_fwd": 1}
+  assert _custom_calls(ours, x_t, s, w) == {"flashdwc_conv1d_step": 1}
+  text = jax.jit(ours, donate_argnums=1).lower(x_t, s, w).compile().as_text()
+  assert re.search(r"output_to_operand_aliasing=\{\{1\}: \(1, \{\}\)\}", text), text
   assert not _custom_calls(lambda x_t, s, w: depthwise_conv1d_update(x_t, s, w), x_t, s, w)
+
+
+@pytest.mark.parametrize("c", [8, 13])
+def test_update_on_the_kernels_leaves_an_undonated_state_alone(c, device):
+  """Without donation XLA hands the step a copy: the caller's state keeps its values,
+  and the step's outputs equal the jnp step's, at a vector-friendly and an odd C."""
+  rng = np.random.default_rng(fresh_seed())
+  x_t, s = uniform(rng, (3, c), np.float32), uniform(rng, (3, 3, c), np.float32)
+  w, b = uniform(rng, (4, 1, c), np.float32), uniform(rng, (c,), np.float32)
+  sd = put(s, device)
+  y, new = jax.jit(lambda *a: depthwise_conv1d_update(*a, "silu", "flashdwc"))(put(x_t, device), sd,
+                                                                              put(w, device), put(b, device))
+  y_ref, new_ref = depthwise_conv1d_update(jnp.asarray(x_t), jnp.asarray(s), jnp.asarray(w), jnp.asarray(b),
+                                           "silu", "xla")
+  np.testing.assert_array_equal(np.asarray(sd), s)
+  np.testing.assert_array_equal(np.asarray(new), np.asarray(new_ref))
+  np.testing.assert_allclose(np.asarray(y), np.asarray(y_ref), rtol=1e-6, atol=1e-6)
+
+
+def test_update_on_the_kernels_vmaps_and_differentiates_like_the_jnp_step(device):
+  rng = np.random.default_rng(fresh_seed())
+  x_t, s = uniform(rng, (5, 2, 8), np.float32), uniform(rng, (5, 2, 3, 8), np.float32)
+  w, b = uniform(rng, (4, 1, 8), np.float32), uniform(rng, (8,), np.float32)
+  args = [put(a, device) for a in (x_t, s, w, b)]
+  for in_axes in [(0, 0, None, None), (0, 0, None, 0)]:  # shared filter and bias, then a vmapped bias
+    step = lambda impl: jax.vmap(lambda x, s, w, b: depthwise_conv1d_update(x, s, w, b, "silu", impl),
+                                 in_axes=in_axes)
+    ours = step("flashdwc")(*args[:3], args[3] if in_axes[3] is None else jnp.stack([args[3]] * 5))
+    ref = step("xla")(*args[:3], args[3] if in_axes[3] is None else jnp.stack([args[3]] * 5))
+    for a, r in zip(ours, ref):
+      np.testing.assert_allclose(np.asarray(a), np.asarray(r), rtol=1e-6, atol=1e-6)
+  loss = lambda impl: lambda *a: jnp.sum(jnp.sin(depthwise_conv1d_update(*a, "silu", impl)[0]))
+  one = [a[0] for a in args[:2]] + args[2:]
+  g = jax.grad(loss("flashdwc"), argnums=(0, 1, 2, 3))(*one)
+  g_ref = jax.grad(loss("xla"), argnums=(0, 1, 2, 3))(*one)
+  for a, r in zip(g, g_ref):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(r), rtol=1e-5, atol=1e-6)
 
 
 # --- properties over random shapes (CPU) -------------------------------------

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from jax_flashdwc import depthwise_conv1d
+from jax_flashdwc import depthwise_conv1d, depthwise_conv1d_update
 from numerics import fresh_seed
 
 CPUS = jax.devices("cpu")
@@ -115,6 +115,29 @@ def test_sharded_conv1d_matches_single_device(layout, problem, devices):
     gathers, _ = _gathers(fn, *args)
     x_shard = N * L * C // len(devices)
     assert not [g for g in gathers if g[0] >= x_shard], f"{what}: the program gathers x-sized operands: {gathers}"
+
+
+@pytest.mark.parametrize("layout", LAYOUTS[:3], ids=lambda l: l[0])
+def test_sharded_decoding_step_runs_per_shard(layout, devices):
+  """implementation='flashdwc' decoding step with x_t and the state sharded on N and/or
+  C: no all-gather, results sharded like the inputs and equal to one device's."""
+  name, mesh_shape, axes, spec = layout
+  n, _, c = spec
+  mesh = Mesh(np.array(devices).reshape(mesh_shape), axes)
+  rng = np.random.default_rng(fresh_seed())
+  x, w, b, state, _ = _inputs(rng)
+  x_t = x[:, 0]
+  step = jax.jit(lambda *a: depthwise_conv1d_update(*a, "silu", "flashdwc"))
+  ref = step(*jax.device_put((x_t, state, w, b), devices[0]))
+  args = (jax.device_put(x_t, NamedSharding(mesh, P(n, c))), jax.device_put(state, NamedSharding(mesh, P(n, None, c))),
+          jax.device_put(w, NamedSharding(mesh, P(None, None, c))), jax.device_put(b, NamedSharding(mesh, P(c))))
+  y, new_state = step(*args)
+  np.testing.assert_allclose(np.asarray(y), np.asarray(ref[0]), rtol=1e-6, atol=1e-6, err_msg=name)
+  np.testing.assert_array_equal(np.asarray(new_state), np.asarray(ref[1]), err_msg=name)
+  assert y.sharding.is_equivalent_to(args[0].sharding, 2), (name, y.sharding)
+  assert new_state.sharding.is_equivalent_to(args[1].sharding, 3), (name, new_state.sharding)
+  gathers, _ = _gathers(step, *args)
+  assert not gathers, f"{name}: {gathers}"
 
 
 def test_length_sharding_is_gathered(devices):

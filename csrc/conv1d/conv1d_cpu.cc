@@ -124,11 +124,34 @@ void conv1d_bwd_cpu(const Conv1dParams& p, const T* x, const T* w, const T* bias
                });
 }
 
+template <typename T>
+void conv1d_step_cpu(const Conv1dParams& p, const T* x, const T* w, const T* bias, const T* state_in, T* y,
+                     T* state_out) {
+  const int64_t C = p.channels, S = p.state_len;
+  parallel_for(p.batch, cpu_thread_count(p.batch * C * p.kernel_size, 1 << 16), [&](int, int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      const T* s_in = state_in + n * S * C;
+      T* s_out = state_out + n * S * C;
+      for (int64_t c = 0; c < C; ++c) {
+        const T xt = x[n * C + c];
+        float acc = p.has_bias ? to_float(bias[c]) : 0.0f;
+        for (int64_t j = 0; j < S; ++j) acc += to_float(w[j * C + c]) * to_float(s_in[j * C + c]);
+        acc += to_float(w[S * C + c]) * to_float(xt);
+        y[n * C + c] = from_float<T>(apply_activation(p.activation, acc));
+        // Ascending j reads slot j + 1 before anything writes it: safe in place.
+        for (int64_t j = 0; j + 1 < S; ++j) s_out[j * C + c] = s_in[(j + 1) * C + c];
+        if (S > 0) s_out[(S - 1) * C + c] = xt;
+      }
+    }
+  });
+}
+
 #define FLASHDWC_CONV1D_CPU(T)                                                                              \
   template void conv1d_fwd_cpu<T>(const Conv1dParams&, const T*, const T*, const T*, const int32_t*, const T*, \
                                   T*);                                                                      \
   template void conv1d_bwd_cpu<T>(const Conv1dParams&, const T*, const T*, const T*, const int32_t*, const T*, \
-                                  const T*, T*, T*, float*, float*);
+                                  const T*, T*, T*, float*, float*);                                           \
+  template void conv1d_step_cpu<T>(const Conv1dParams&, const T*, const T*, const T*, const T*, T*, T*);
 FLASHDWC_CONV1D_CPU(float)
 FLASHDWC_CONV1D_CPU(HostHalf)
 FLASHDWC_CONV1D_CPU(HostBFloat16)

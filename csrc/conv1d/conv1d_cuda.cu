@@ -196,11 +196,32 @@ cudaError_t run_conv1d_bwd(const Conv1dParams& p, const T* x, const T* w, const 
   return bwd_with<T, 1>(p, x, w, bias, seg, state, dy, dx, dstate, dw_part, db_part, stream);
 }
 
+template <typename T>
+cudaError_t run_conv1d_step(const Conv1dParams& p, const T* x, const T* w, const T* bias, const T* state_in, T* y,
+                            T* state_out, cudaStream_t stream) {
+  if (p.batch * p.channels == 0) return cudaSuccess;
+  if (p.state_len == 0) state_in = nullptr, state_out = nullptr;
+  if (!p.has_bias) bias = nullptr;
+  constexpr int kV = int(16 / sizeof(T));
+  const bool vectors = use_vectors<T, kV>(p, {x, w, bias, state_in, y, state_out});
+  const int64_t threads = p.batch * p.channels / (vectors ? kV : 1);
+  const int64_t blocks = (threads + kThreads - 1) / kThreads;
+  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  if (vectors) {
+    conv1d_step<T, kV><<<unsigned(blocks), kThreads, 0, stream>>>(x, w, bias, state_in, y, state_out, p);
+  } else {
+    conv1d_step<T, 1><<<unsigned(blocks), kThreads, 0, stream>>>(x, w, bias, state_in, y, state_out, p);
+  }
+  return cudaGetLastError();
+}
+
 #define FLASHDWC_CONV1D_CUDA(T)                                                                                 \
   template cudaError_t run_conv1d_fwd<T>(const Conv1dParams&, const T*, const T*, const T*, const int32_t*,    \
                                          const T*, T*, cudaStream_t);                                          \
   template cudaError_t run_conv1d_bwd<T>(const Conv1dParams&, const T*, const T*, const T*, const int32_t*,    \
-                                         const T*, const T*, T*, T*, float*, float*, cudaStream_t);
+                                         const T*, const T*, T*, T*, float*, float*, cudaStream_t);           \
+  template cudaError_t run_conv1d_step<T>(const Conv1dParams&, const T*, const T*, const T*, const T*, T*, T*, \
+                                          cudaStream_t);
 FLASHDWC_CONV1D_CUDA(float)
 FLASHDWC_CONV1D_CUDA(__half)
 FLASHDWC_CONV1D_CUDA(__nv_bfloat16)

@@ -17,4 +17,10 @@ cudaError_t run_conv1d_bwd(const Conv1dParams& p, const T* x, const T* w, const 
                            const T* state, const T* dy, T* dx, T* dstate, float* dw_part, float* db_part,
                            cudaStream_t stream);
 
+// One decoding step (conv1d_cpu.h's conv1d_step_cpu): one thread per 16 bytes of
+// channels of a sequence; state_out may be state_in.
+template <typename T>
+cudaError_t run_conv1d_step(const Conv1dParams& p, const T* x, const T* w, const T* bias, const T* state_in, T* y,
+                            T* state_out, cudaStream_t stream);
+
 }  // namespace flashdwc

@@ -555,5 +555,38 @@ __global__ void __launch_bounds__(128) conv1d_bwd_generic(
   }
 }
 
+// ---------------------------------------------------------------------------
+// One decoding step: thread i owns V channels of sequence n = i / (C / V). It reads
+// the K - 1 state slots in order, writing slot j - 1 once slot j is read, then x_t
+// into the last slot, so that state_out may be state_in (XLA aliases them when the
+// state is donated): no thread reads what another writes. state_in and state_out
+// are deliberately not __restrict__.
+template <typename T, int V>
+__global__ void __launch_bounds__(128) conv1d_step(const T* __restrict__ x, const T* __restrict__ w,
+                                                   const T* __restrict__ bias, const T* state_in,
+                                                   T* __restrict__ y, T* state_out, Conv1dParams p) {
+  const int64_t groups = p.channels / V;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= p.batch * groups) return;
+  const int64_t n = i / groups, c0 = (i % groups) * V, S = p.state_len;
+  const T* s_in = state_in + n * S * p.channels + c0;
+  T* s_out = state_out + n * S * p.channels + c0;
+  float acc[V], wk[V];
+  load_bias<T, V>(p, bias, c0, acc);
+  for (int64_t j = 0; j < S; ++j) {
+    const Pack<T, V> s = *reinterpret_cast<const Pack<T, V>*>(s_in + j * p.channels);
+    load_weights<T, V>(p, w, bias, c0, int(j), wk);
+#pragma unroll
+    for (int e = 0; e < V; ++e) acc[e] = fmaf(wk[e], to_f(s.e[e]), acc[e]);
+    if (j > 0) *reinterpret_cast<Pack<T, V>*>(s_out + (j - 1) * p.channels) = s;
+  }
+  const Pack<T, V> xv = *reinterpret_cast<const Pack<T, V>*>(x + n * p.channels + c0);
+  load_weights<T, V>(p, w, bias, c0, int(S), wk);
+#pragma unroll
+  for (int e = 0; e < V; ++e) acc[e] = act<T>(p.activation, fmaf(wk[e], to_f(xv.e[e]), acc[e]));
+  if (S > 0) *reinterpret_cast<Pack<T, V>*>(s_out + (S - 1) * p.channels) = xv;
+  store_pack<T, V>(y + n * p.channels + c0, acc);
+}
+
 }  // namespace conv1d_cuda
 }  // namespace flashdwc

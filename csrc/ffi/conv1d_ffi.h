@@ -13,9 +13,11 @@ namespace flashdwc {
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Conv1dFwdCpuFfi);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Conv1dBwdCpuFfi);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Conv1dStepCpuFfi);
 #ifdef FLASHDWC_WITH_CUDA
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Conv1dFwdCudaFfi);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Conv1dBwdCudaFfi);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Conv1dStepCudaFfi);
 #endif
 
 // A buffer's data, or null where it is empty (no bias, no segment ids, no state).
@@ -111,6 +113,57 @@ inline ffi::Error make_conv1d_params(const char* pass, const ffi::AnyBuffer& x, 
   }
   p->state_len = sd[1];
   return ffi::Error::Success();
+}
+
+// The decoding step's buffers: x_t (N, C), state (N, K - 1, C), w (K, 1, C), bias
+// (C,) or (0,), all of x_t's type, and its results y (N, C) and new_state (the
+// state's shape and type; it may be the state's own buffer). Fills `p` as a
+// length-1 causal problem whose state holds the K - 1 earlier inputs.
+inline ffi::Error make_conv1d_step_params(const char* pass, const ffi::AnyBuffer& x, const ffi::AnyBuffer& state,
+                                          const ffi::AnyBuffer& w, const ffi::AnyBuffer& bias, int64_t activation,
+                                          ffi::Result<ffi::AnyBuffer>& y, ffi::Result<ffi::AnyBuffer>& new_state,
+                                          Conv1dParams* p) {
+  const ffi::DataType dt = x.element_type();
+  if (dt != ffi::DataType::F32 && dt != ffi::DataType::F16 && dt != ffi::DataType::BF16) {
+    return conv1d_invalid(pass, "x_t must be F32, F16 or BF16");
+  }
+  const auto xd = x.dimensions(), wd = w.dimensions(), sd = state.dimensions();
+  if (xd.size() != 2 || wd.size() != 3 || wd[0] < 1 || wd[1] != 1 || wd[2] != xd[1] || w.element_type() != dt) {
+    return conv1d_invalid(pass, "x_t must be (N, C) and w (K, 1, C) of x_t's type");
+  }
+  if (sd.size() != 3 || sd[0] != xd[0] || sd[1] != wd[0] - 1 || sd[2] != xd[1] || state.element_type() != dt) {
+    return conv1d_invalid(pass, "state must be (N, K - 1, C) of x_t's type");
+  }
+  if (activation < 0 || activation >= kActivationCount) return conv1d_invalid(pass, "unknown activation");
+  *p = Conv1dParams{};
+  p->batch = xd[0];
+  p->length = 1;
+  p->channels = xd[1];
+  p->kernel_size = wd[0];
+  p->dilation = 1;
+  p->pad_lo = p->state_len = wd[0] - 1;
+  p->chunk = 1;
+  p->activation = static_cast<Activation>(activation);
+  p->has_bias = bias.element_count() > 0;
+  p->has_seg = false;
+  if (p->has_bias && (bias.element_count() != size_t(p->channels) || bias.element_type() != dt)) {
+    return conv1d_invalid(pass, "bias must be (C,) of x_t's type or empty");
+  }
+  if (y->element_count() != x.element_count() || y->element_type() != dt ||
+      new_state->element_count() != state.element_count() || new_state->element_type() != dt) {
+    return conv1d_invalid(pass, "y must match x_t and new_state the state");
+  }
+  return ffi::Error::Success();
+}
+
+// The step's results poisoned where the tests ask, except a new state that is the
+// state's own buffer (the step reads it).
+template <typename Platform>
+ffi::Error poison_conv1d_step(const Platform& platform, const ffi::AnyBuffer& state, ffi::Result<ffi::AnyBuffer>& y,
+                              ffi::Result<ffi::AnyBuffer>& new_state) {
+  if (ffi::Error e = poison_if_asked(platform, y->untyped_data(), y->size_bytes()); e.failure()) return e;
+  if (new_state->untyped_data() == state.untyped_data()) return ffi::Error::Success();
+  return poison_if_asked(platform, new_state->untyped_data(), new_state->size_bytes());
 }
 
 }  // namespace flashdwc

@@ -58,6 +58,27 @@ ffi::Error Conv1dBwdCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuff
   });
 }
 
+ffi::Error Conv1dStepCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer state, ffi::AnyBuffer w,
+                              ffi::AnyBuffer bias, ffi::Result<ffi::AnyBuffer> y,
+                              ffi::Result<ffi::AnyBuffer> new_state, int64_t activation) {
+  const char* pass = "flashdwc_conv1d_step";
+  Conv1dParams p;
+  if (ffi::Error e = make_conv1d_step_params(pass, x, state, w, bias, activation, y, new_state, &p); e.failure()) {
+    return e;
+  }
+  if (y->element_count() == 0) return ffi::Error::Success();
+  const CudaPlatform platform{stream, pass};
+  if (ffi::Error e = poison_conv1d_step(platform, state, y, new_state); e.failure()) return e;
+  return with_element_type<CudaPlatform>(x.element_type(), [&](auto tag) {
+    using T = decltype(tag);
+    return platform.finish([&] {
+      return run_conv1d_step<T>(p, data_or_null<T>(x), data_or_null<T>(w), data_or_null<T>(bias),
+                                data_or_null<T>(state), static_cast<T*>(y->untyped_data()),
+                                static_cast<T*>(new_state->untyped_data()), stream);
+    });
+  });
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Conv1dFwdCudaFfi, Conv1dFwdCudaImpl,
@@ -91,6 +112,18 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Conv1dBwdCudaFfi, Conv1dBwdCudaImpl,
                                   .Attr<int64_t>("dilation")
                                   .Attr<int64_t>("activation")
                                   .Attr<int64_t>("chunk"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Conv1dStepCudaFfi, Conv1dStepCudaImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::AnyBuffer>()  // x_t (N, C)
+                                  .Arg<ffi::AnyBuffer>()  // state (N, K - 1, C)
+                                  .Arg<ffi::AnyBuffer>()  // w (K, 1, C)
+                                  .Arg<ffi::AnyBuffer>()  // bias (C,) or (0,)
+                                  .Ret<ffi::AnyBuffer>()  // y (N, C)
+                                  .Ret<ffi::AnyBuffer>()  // new state (N, K - 1, C), aliased to the state
+                                  .Attr<int64_t>("activation"),
                               {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace flashdwc

@@ -128,6 +128,7 @@ NB_MODULE(_jax_flashdwc, m) {
     cpu["flashdwc_bwd_filter"] = encapsulate_ffi_handler(flashdwc::DwConvBwdFilterCpuFfi);
     cpu["flashdwc_conv1d_fwd"] = encapsulate_ffi_handler(flashdwc::Conv1dFwdCpuFfi);
     cpu["flashdwc_conv1d_bwd"] = encapsulate_ffi_handler(flashdwc::Conv1dBwdCpuFfi);
+    cpu["flashdwc_conv1d_step"] = encapsulate_ffi_handler(flashdwc::Conv1dStepCpuFfi);
     nb::dict by_platform;
     by_platform["cpu"] = cpu;
 #ifdef FLASHDWC_WITH_CUDA
@@ -138,6 +139,7 @@ NB_MODULE(_jax_flashdwc, m) {
     cuda["flashdwc_bwd_filter"] = encapsulate_ffi_handler(flashdwc::DwConvBwdFilterCudaFfi);
     cuda["flashdwc_conv1d_fwd"] = encapsulate_ffi_handler(flashdwc::Conv1dFwdCudaFfi);
     cuda["flashdwc_conv1d_bwd"] = encapsulate_ffi_handler(flashdwc::Conv1dBwdCudaFfi);
+    cuda["flashdwc_conv1d_step"] = encapsulate_ffi_handler(flashdwc::Conv1dStepCudaFfi);
     by_platform["CUDA"] = cuda;
 #endif
     return by_platform;
