@@ -80,14 +80,15 @@ def final_state(x, spec: Conv1DSpec, segment_ids=None, initial_state=None):
 
 def conv1d_update(x_t, state, kernel, bias=None, activation=None):
   """One causal step: (y_t, new_state) from x_t (N, C) and the last K - 1 inputs (N, K - 1, C)."""
-  w = kernel[:, 0, :].astype(jnp.float32)
+  acc_dtype = jnp.promote_types(x_t.dtype, jnp.float32)  # float64 stays float64
+  w = kernel[:, 0, :].astype(acc_dtype)
   k = kernel.shape[0]
-  acc = x_t.astype(jnp.float32) * w[k - 1]
+  acc = x_t.astype(acc_dtype) * w[k - 1]
   if k > 1:
     # An elementwise sum, not an einsum: a float32 dot may run in TF32 on a GPU.
-    acc = acc + (state.astype(jnp.float32) * w[:k - 1]).sum(axis=1)
+    acc = acc + (state.astype(acc_dtype) * w[:k - 1]).sum(axis=1)
   if bias is not None:
-    acc = acc + bias.astype(jnp.float32)
+    acc = acc + bias.astype(acc_dtype)
   y = _activations.apply(activation, acc).astype(x_t.dtype)
   return y, shifted_state(state, x_t)
 

@@ -451,14 +451,31 @@ def test_update_with_k1_and_jit(implementation, device):
 
 def test_update_on_the_kernels_is_one_step_call_writing_the_state_in_place(device):
   """implementation='flashdwc' is one step custom call whose new state aliases the
-  state operand; the default runs none."""
+  state operand; the default runs the same call, implementation='xla' none."""
   x_t, s = put(np.ones((2, 8), np.float32), device), put(np.ones((2, 3, 8), np.float32), device)
   w = put(np.ones((4, 1, 8), np.float32), device)
   ours = lambda x_t, s, w: depthwise_conv1d_update(x_t, s, w, activation="silu", implementation="flashdwc")
   assert _custom_calls(ours, x_t, s, w) == {"flashdwc_conv1d_step": 1}
   text = jax.jit(ours, donate_argnums=1).lower(x_t, s, w).compile().as_text()
   assert re.search(r"output_to_operand_aliasing=\{\{1\}: \(1, \{\}\)\}", text), text
-  assert not _custom_calls(lambda x_t, s, w: depthwise_conv1d_update(x_t, s, w), x_t, s, w)
+  assert _custom_calls(lambda x_t, s, w: depthwise_conv1d_update(x_t, s, w), x_t, s, w) == {
+      "flashdwc_conv1d_step": 1}
+  assert not _custom_calls(lambda x_t, s, w: depthwise_conv1d_update(x_t, s, w, implementation="xla"), x_t, s, w)
+
+
+def test_update_default_takes_the_jnp_step_for_float64(device):
+  """The kernel has no float64: the default runs the jnp step there, exactly."""
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(fresh_seed())
+    x_t, s, w = (put(rng.uniform(-1.0, 1.0, shape), device, jnp.float64)
+                 for shape in ((2, 8), (2, 3, 8), (4, 1, 8)))
+    step = lambda x_t, s, w: depthwise_conv1d_update(x_t, s, w)
+    assert not _custom_calls(step, x_t, s, w)
+    y, new_state = jax.jit(step)(x_t, s, w)
+    assert y.dtype == jnp.float64
+    window = np.concatenate([np.asarray(s), np.asarray(x_t)[:, None]], axis=1)
+    np.testing.assert_allclose(np.asarray(y), np.einsum("nkc,kc->nc", window, np.asarray(w)[:, 0]), rtol=1e-12)
+    np.testing.assert_array_equal(np.asarray(new_state), window[:, 1:])
 
 
 @pytest.mark.parametrize("c", [8, 13])
