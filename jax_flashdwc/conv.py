@@ -265,10 +265,8 @@ def depthwise_conv2d(
     geometry = dilated
     # Not routed: routing.py's rules were fitted on undilated layers and would judge the
     # sub-grid problems, sending some to XLA's conv on the sub-grids, which was never
-    # timed. Ours on the sub-grids was: 1.2-173x XLA's dilated conv on the registry's
-    # 16 dilated layers (H100, bf16), all passes but VAN-B0's 7x7 d3 on 7x7x256
-    # forward and input gradient (0.53-0.62x, timed before its dead taps were cut
-    # above; docs/performance.md).
+    # timed. Ours on the sub-grids was: 1.2-173x XLA's dilated conv in every pass of
+    # the registry's 16 dilated layers (H100, bf16; docs/performance.md).
     routed = False
   if _runs_transposed(x.dtype, kernel.shape[:2], geometry):
     # Bias, activation and prologue are per channel, so they carry over unchanged.
