@@ -121,12 +121,15 @@ _bwd_call_p = _call_primitive(
                                                      chunk=_i64(chunk)))
 
 
+def _step_abstract(x, state, w, b, **_):
+  return [ShapedArray(x.shape, x.dtype), ShapedArray(state.shape, state.dtype)]
+
+
 # The decoding step: (y, new_state) from x_t (N, C), state (N, K - 1, C), w, b; the new
 # state is written over the state's buffer (operand 1 aliases result 1), so under
 # jit with the state donated no copy of it is made.
 _step_call_p = _call_primitive(
-    "flashdwc_conv1d_step",
-    lambda x, state, w, b, **_: [ShapedArray(x.shape, x.dtype), ShapedArray(state.shape, state.dtype)],
+    "flashdwc_conv1d_step", _step_abstract,
     lambda activation: dict(activation=_i64(_activations.code(activation))),
     operand_output_aliases={1: 1})
 
@@ -204,10 +207,7 @@ def _step_impl(x, state, w, b, *, activation):
   return list(_step_partitioned(x, state, w, b, activation))
 
 
-conv1d_step_p = _primitive(
-    "flashdwc_conv1d_step",
-    lambda x, state, w, b, **_: [ShapedArray(x.shape, x.dtype), ShapedArray(state.shape, state.dtype)],
-    _step_impl, multiple_results=True)
+conv1d_step_p = _primitive("flashdwc_conv1d_step", _step_abstract, _step_impl, multiple_results=True)
 
 
 def conv1d_fwd(x, w, b, seg, state, *, pad_lo, dilation, activation):
