@@ -35,6 +35,22 @@ struct Problem {
   int64_t elems() const { return p.batch * p.length * p.channels; }
 };
 
+// Times a forward launch writing y, compares y bit for bit with the first forward of
+// the shape (which becomes the reference), prints the row.
+template <typename Launch>
+void time_fwd(const char* name, Problem& pr, GuardedOutput<T>& y, Launch launch, std::vector<T>* ref) {
+  const Conv1dParams& p = pr.p;
+  const float ms = median_launch_ms(launch, 3, 20);
+  const std::vector<T> got = y.download();
+  bool same = y.guards_intact();
+  if (ref->empty()) *ref = got;
+  for (size_t i = 0; same && i < got.size(); ++i) same = memcmp(&got[i], &(*ref)[i], sizeof(T)) == 0;
+  const double bytes = 2.0 * pr.elems() * sizeof(T);
+  std::printf("fwd %-28s %lldx%lldx%lld %.4f ms %.2f TB/s %s %s\n", name, (long long)p.batch, (long long)p.length,
+              (long long)p.channels, ms, bytes / ms / 1e9, same ? "same" : "DIFFERS",
+              cudaGetErrorString(cudaGetLastError()));
+}
+
 // One forward geometry: V channels a thread, U loads ahead, `run` positions a thread.
 template <int V, int U, int MinBlocks, bool Seg>
 void fwd_window(const char* name, Problem& pr, int64_t run, std::vector<T>* ref) {
@@ -46,15 +62,7 @@ void fwd_window(const char* name, Problem& pr, int64_t run, std::vector<T>* ref)
     conv1d_fwd_window<T, V, K, U, MinBlocks, Seg><<<grid, 128>>>(pr.x.get(), pr.w.get(), pr.b.get(), nullptr,
                                                                  nullptr, y.get(), p, run);
   };
-  const float ms = median_launch_ms(launch, 3, 20);
-  const std::vector<T> got = y.download();
-  bool same = y.guards_intact();
-  if (ref->empty()) *ref = got;
-  for (size_t i = 0; same && i < got.size(); ++i) same = memcmp(&got[i], &(*ref)[i], sizeof(T)) == 0;
-  const double bytes = 2.0 * pr.elems() * sizeof(T);
-  std::printf("fwd %-28s %lldx%lldx%lld %.4f ms %.2f TB/s %s %s\n", name, (long long)p.batch, (long long)p.length,
-              (long long)p.channels, ms, bytes / ms / 1e9, same ? "same" : "DIFFERS",
-              cudaGetErrorString(cudaGetLastError()));
+  time_fwd(name, pr, y, launch, ref);
 }
 
 template <int V, int R, int MinBlocks>
@@ -67,14 +75,19 @@ void fwd_plain(const char* name, Problem& pr, std::vector<T>* ref) {
     conv1d_fwd_plain<T, V, K, R, MinBlocks, flashdwc::Activation::kSilu>
         <<<grid, 128>>>(pr.x.get(), pr.w.get(), pr.b.get(), y.get(), p);
   };
-  const float ms = median_launch_ms(launch, 3, 20);
-  const std::vector<T> got = y.download();
-  bool same = y.guards_intact();
-  for (size_t i = 0; same && i < got.size(); ++i) same = memcmp(&got[i], &(*ref)[i], sizeof(T)) == 0;
-  const double bytes = 2.0 * pr.elems() * sizeof(T);
-  std::printf("fwd %-28s %lldx%lldx%lld %.4f ms %.2f TB/s %s %s\n", name, (long long)p.batch, (long long)p.length,
-              (long long)p.channels, ms, bytes / ms / 1e9, same ? "same" : "DIFFERS",
-              cudaGetErrorString(cudaGetLastError()));
+  time_fwd(name, pr, y, launch, ref);
+}
+
+template <int V, int R, int MinBlocks>
+void fwd_plain_grid3(const char* name, Problem& pr, std::vector<T>* ref) {
+  const Conv1dParams& p = pr.p;
+  GuardedOutput<T> y(pr.elems());
+  const dim3 grid(unsigned((p.channels / V + 127) / 128), unsigned((p.length + R - 1) / R), unsigned(p.batch));
+  auto launch = [&] {
+    conv1d_fwd_plain_grid3<T, V, K, R, MinBlocks, flashdwc::Activation::kSilu>
+        <<<grid, 128>>>(pr.x.get(), pr.w.get(), pr.b.get(), y.get(), p);
+  };
+  time_fwd(name, pr, y, launch, ref);
 }
 
 // The filter gradient summed over the slots, in double.
@@ -161,6 +174,10 @@ int main(int argc, char** argv) {
     fwd_plain<4, 8, 6>("plain V4 R8 mb6", pr, &fref);
     fwd_plain<2, 16, 7>("plain V2 R16 mb7", pr, &fref);
     fwd_plain<2, 32, 5>("plain V2 R32 mb5", pr, &fref);
+    fwd_plain_grid3<4, 8, 6>("grid3 V4 R8 mb6", pr, &fref);
+    fwd_plain_grid3<4, 16, 4>("grid3 V4 R16 mb4", pr, &fref);
+    fwd_plain_grid3<8, 4, 4>("grid3 V8 R4 mb4", pr, &fref);
+    fwd_plain_grid3<8, 8, 3>("grid3 V8 R8 mb3", pr, &fref);
     BwdRef bref;
     bwd_split<2, 3, 4, 5, true>("split V2 U3 W4 mb5 seg", pr, &bref);
     bwd_split<2, 3, 4, 5, false>("split V2 U3 W4 mb5", pr, &bref);
