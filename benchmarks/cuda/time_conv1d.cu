@@ -121,14 +121,17 @@ void bwd_check(const char* name, Problem& pr, float ms, const GuardedOutput<T>& 
               dw_ok ? "ok" : "DIFFERS", cudaGetErrorString(cudaGetLastError()));
 }
 
-template <int V, int U, int W, int MinBlocks, bool Seg>
+template <int V, int U, int W, int MinBlocks, bool Seg, bool Grid3 = false>
 void bwd_split(const char* name, Problem& pr, BwdRef* ref) {
   const Conv1dParams& p = pr.p;
   GuardedOutput<T> dx(pr.elems());
   DeviceBuffer<float> dw(p.batch * p.chunks_per_row() * K * p.channels), db(p.batch * p.chunks_per_row() * p.channels);
-  const dim3 grid(unsigned((p.channels + 32 * V - 1) / (32 * V) * p.chunks_per_row() * p.batch)), block(32, W);
+  const int64_t channel_blocks = (p.channels + 32 * V - 1) / (32 * V);
+  const dim3 grid = Grid3 ? dim3(unsigned(channel_blocks), unsigned(p.chunks_per_row()), unsigned(p.batch))
+                          : dim3(unsigned(channel_blocks * p.chunks_per_row() * p.batch));
+  const dim3 block(32, W);
   auto launch = [&] {
-    conv1d_bwd_window_split<T, V, K, U, W, MinBlocks, Seg><<<grid, block>>>(
+    conv1d_bwd_window_split<T, V, K, U, W, MinBlocks, Seg, Grid3><<<grid, block>>>(
         pr.x.get(), pr.w.get(), pr.b.get(), nullptr, nullptr, pr.dy.get(), dx.get(), nullptr, dw.get(), db.get(), p);
   };
   bwd_check(name, pr, median_launch_ms(launch, 3, 20), dx, dw, ref);
@@ -186,6 +189,9 @@ int main(int argc, char** argv) {
     bwd_split<4, 4, 4, 4, false>("split V4 U4 W4 mb4", pr, &bref);
     bwd_split<4, 2, 8, 2, false>("split V4 U2 W8 mb2", pr, &bref);
     bwd_split<8, 2, 4, 2, false>("split V8 U2 W4 mb2", pr, &bref);
+    bwd_split<4, 3, 4, 4, false, true>("grid3 split V4 U3 W4 mb4", pr, &bref);
+    bwd_split<4, 4, 4, 4, false, true>("grid3 split V4 U4 W4 mb4", pr, &bref);
+    bwd_split<2, 4, 4, 6, false, true>("grid3 split V2 U4 W4 mb6", pr, &bref);
   }
   return 0;
 }

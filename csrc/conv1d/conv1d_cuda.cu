@@ -146,16 +146,24 @@ cudaError_t fwd_with(const Conv1dParams& p, const T* x, const T* w, const T* bia
 }
 
 // The window backward, K = KT at dilation 1 (blocks of 32 channel groups x kBwdWarps
-// sub-runs of one chunk).
+// sub-runs of one chunk): without segments or a state on the 3-D grid where it fits
+// (conv1d_bwd_window_split's Grid3), else on the flat grid.
 template <typename T, int V, int KT>
 cudaError_t bwd_window(const Conv1dParams& p, const T* x, const T* w, const T* bias, const int32_t* seg,
                        const T* state, const T* dy, T* dx, T* dstate, float* dw_part, float* db_part,
                        cudaStream_t stream) {
-  const int64_t blocks = (p.channels + 32 * V - 1) / (32 * V) * p.chunks_per_row() * p.batch;
+  const int64_t channel_blocks = (p.channels + 32 * V - 1) / (32 * V);
+  const int64_t blocks = channel_blocks * p.chunks_per_row() * p.batch;
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
   const dim3 grid{unsigned(blocks)}, block{32, kBwdWarps};
 #define FLASHDWC_BWD_ARGS x, w, bias, seg, state, dy, dx, dstate, dw_part, db_part, p
-  if (p.has_seg) {
+  const bool grid3 = !p.has_seg && p.state_len == 0 && p.chunks_per_row() <= 65535 && p.batch <= 65535 &&
+                     p.length * p.channels < (int64_t(1) << 31);
+  if (grid3) {
+    const dim3 grid3_dims(unsigned(channel_blocks), unsigned(p.chunks_per_row()), unsigned(p.batch));
+    conv1d_bwd_window_split<T, V, KT, kBwdAhead, kBwdWarps, kBwdBlocks, false, true>
+        <<<grid3_dims, block, 0, stream>>>(FLASHDWC_BWD_ARGS);
+  } else if (p.has_seg) {
     conv1d_bwd_window_split<T, V, KT, kBwdAhead, kBwdWarps, kBwdBlocksWithSegments, true><<<grid, block, 0, stream>>>(
         FLASHDWC_BWD_ARGS);
   } else {

@@ -22,6 +22,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "conv1d/conv1d_params.h"
 
@@ -358,23 +359,40 @@ __global__ void __launch_bounds__(128) conv1d_fwd_generic(const T* __restrict__ 
 // after output t, input t - lo has all its contributions (dxacc[0]) and is stored.
 // The W sub-runs' filter and bias partials are summed in shared memory in the order
 // y = 0 .. W - 1 and written once to the chunk's slot. Seg = false keeps no segment
-// ids in registers.
-template <typename T, int V, int KT, int U, int W, int MinBlocks, bool Seg>
+// ids in registers. Grid3 (no segments, no state): a 3-D grid (channel block x, chunk
+// y, row z) and 32-bit positions and offsets inside a row, as the plain forward's,
+// instead of the flat grid's 64-bit divisions and the state's branch on every load;
+// the launcher takes it where chunks and rows fit gridDim.y/z and L x C < 2^31.
+template <typename T, int V, int KT, int U, int W, int MinBlocks, bool Seg, bool Grid3 = false>
 __global__ void __launch_bounds__(32 * W, MinBlocks) conv1d_bwd_window_split(
     const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, const int32_t* __restrict__ seg,
     const T* __restrict__ state, const T* __restrict__ dy, T* __restrict__ dx, T* __restrict__ dstate,
     float* __restrict__ dw_part, float* __restrict__ db_part, Conv1dParams p) {
+  static_assert(!(Grid3 && Seg), "the 3-D grid is for problems without segments");
+  using I = std::conditional_t<Grid3, int, int64_t>;
   const int64_t chunks = p.chunks_per_row();
-  const int64_t channel_blocks = (p.channels + 32 * V - 1) / (32 * V);
-  const int64_t b = blockIdx.x;
-  const int64_t c0 = ((b % channel_blocks) * 32 + threadIdx.x) * V;
-  const int64_t part = b / channel_blocks;  // n * chunks + chunk: the slot
-  const int64_t chunk = part % chunks, n = part / chunks;
-  const int64_t c_lo = chunk * p.chunk;
-  const int64_t c_hi = c_lo + p.chunk < p.length ? c_lo + p.chunk : p.length;
-  const int64_t sub = (p.chunk + W - 1) / W;
-  const int64_t i0 = c_lo + threadIdx.y * sub < c_hi ? c_lo + threadIdx.y * sub : c_hi;
-  const int64_t i1 = i0 + sub < c_hi ? i0 + sub : c_hi;
+  I c0;
+  int64_t part, n;  // part = n * chunks + chunk: the slot
+  I chunk;
+  if constexpr (Grid3) {
+    c0 = I(blockIdx.x * 32 + threadIdx.x) * V;
+    chunk = I(blockIdx.y);
+    n = blockIdx.z;
+    part = n * chunks + chunk;
+  } else {
+    const int64_t channel_blocks = (p.channels + 32 * V - 1) / (32 * V);
+    const int64_t b = blockIdx.x;
+    c0 = ((b % channel_blocks) * 32 + threadIdx.x) * V;
+    part = b / channel_blocks;
+    chunk = part % chunks;
+    n = part / chunks;
+  }
+  const I length = I(p.length), channels = I(p.channels), chunk_len = I(p.chunk);
+  const I c_lo = chunk * chunk_len;
+  const I c_hi = c_lo + chunk_len < length ? c_lo + chunk_len : length;
+  const I sub = (chunk_len + W - 1) / W;
+  const I i0 = c_lo + I(threadIdx.y) * sub < c_hi ? c_lo + I(threadIdx.y) * sub : c_hi;
+  const I i1 = i0 + sub < c_hi ? i0 + sub : c_hi;
   float dw[KT][V], db[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) {
@@ -382,18 +400,28 @@ __global__ void __launch_bounds__(32 * W, MinBlocks) conv1d_bwd_window_split(
 #pragma unroll
     for (int k = 0; k < KT; ++k) dw[k][i] = 0.0f;
   }
-  if (c0 < p.channels) {
+  if (c0 < channels) {
     const RowIn<T, V> in = row_in<T, V>(p, n, x, state, seg);
+    const T* xrow = x + n * p.length * p.channels + c0;
     const T* dyrow = dy + n * p.length * p.channels + c0;
     T* dxrow = dx + n * p.length * p.channels + c0;
     T* dstaterow = p.state_len ? dstate + (n + 1) * p.state_len * p.channels + c0 : nullptr;
+    // An input at any position: zeros outside [0, L) on the 3-D grid (no state there).
+    auto input = [&](I pos) -> Pack<T, V> {
+      if constexpr (Grid3) {
+        return pos >= 0 && pos < length ? *reinterpret_cast<const Pack<T, V>*>(xrow + pos * channels)
+                                        : zero_pack<T, V>();
+      } else {
+        return in.input(pos, c0);
+      }
+    };
     float wr[KT][V], br[V];
 #pragma unroll
     for (int k = 0; k < KT; ++k) load_weights<T, V>(p, w, bias, c0, k, wr[k]);
     load_bias<T, V>(p, bias, c0, br);
-    const int64_t lo = p.pad_lo;
-    const int64_t first = chunk == 0 && threadIdx.y == 0 ? -p.state_len : i0;
-    const int64_t t_begin = i0 + lo - (KT - 1), t_end = i1 + lo;  // outputs [t_begin, t_end)
+    const I lo = I(p.pad_lo);
+    const I first = chunk == 0 && threadIdx.y == 0 ? -I(p.state_len) : i0;
+    const I t_begin = i0 + lo - (KT - 1), t_end = i1 + lo;  // outputs [t_begin, t_end)
     float dxacc[KT][V];
 #pragma unroll
     for (int i = 0; i < V; ++i) {
@@ -404,25 +432,25 @@ __global__ void __launch_bounds__(32 * W, MinBlocks) conv1d_bwd_window_split(
     int32_t sw[KT - 1 + U];
 #pragma unroll
     for (int k = 0; k < KT - 1; ++k) {
-      win[k] = in.input(t_begin - lo + k, c0);
+      win[k] = input(t_begin - lo + k);
       sw[k] = seg_if<Seg>(in, t_begin - lo + k);
     }
-    for (int64_t t = t_begin; t < t_end; t += U) {
+    for (I t = t_begin; t < t_end; t += U) {
       Pack<T, V> g[U];
       int32_t sout[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const int64_t pos = t - lo + KT - 1 + u;
-        win[KT - 1 + u] = in.input(pos, c0);
+        const I pos = t - lo + KT - 1 + u;
+        win[KT - 1 + u] = input(pos);
         sw[KT - 1 + u] = seg_if<Seg>(in, pos);
-        const int64_t tt = t + u;
-        const bool exists = tt >= 0 && tt < p.length && tt < t_end;
-        g[u] = exists ? *reinterpret_cast<const Pack<T, V>*>(dyrow + tt * p.channels) : zero_pack<T, V>();
+        const I tt = t + u;
+        const bool exists = tt >= 0 && tt < length && tt < t_end;
+        g[u] = exists ? *reinterpret_cast<const Pack<T, V>*>(dyrow + tt * channels) : zero_pack<T, V>();
         sout[u] = seg_if<Seg>(in, tt);
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const int64_t tt = t + u;
+        const I tt = t + u;
         if (tt < t_end) {
           bool mask[KT];
 #pragma unroll
@@ -458,12 +486,12 @@ __global__ void __launch_bounds__(32 * W, MinBlocks) conv1d_bwd_window_split(
               for (int i = 0; i < V; ++i) dxacc[k][i] = fmaf(wr[k][i], dz[i], dxacc[k][i]);
             }
           }
-          const int64_t e = tt - lo;  // input complete after this output
+          const I e = tt - lo;  // input complete after this output
           if (e >= first && e < i1) {
             if (e >= 0) {
-              store_pack<T, V>(dxrow + e * p.channels, dxacc[0]);
+              store_pack<T, V>(dxrow + e * channels, dxacc[0]);
             } else {
-              store_pack<T, V>(dstaterow + e * p.channels, dxacc[0]);
+              store_pack<T, V>(dstaterow + e * channels, dxacc[0]);
             }
           }
 #pragma unroll
@@ -491,7 +519,7 @@ __global__ void __launch_bounds__(32 * W, MinBlocks) conv1d_bwd_window_split(
     red[threadIdx.y][KT][i][threadIdx.x] = db[i];
   }
   __syncthreads();
-  if (threadIdx.y != 0 || c0 >= p.channels) return;
+  if (threadIdx.y != 0 || c0 >= channels) return;
 #pragma unroll
   for (int i = 0; i < V; ++i) {
 #pragma unroll
