@@ -182,9 +182,9 @@ cudaError_t launch_fwd(const DwConvParams& p, const FwdLaunchPlan& plan, const T
 #ifdef FLASHDWC_WITH_WGMMA
     if (plan.kernel == FwdKernel::kWgmma) return launch_fwd_wgmma(p, plan, x, w, y, workspace, stream, epilogue);
 #endif
-    if (plan.kernel == FwdKernel::kRegFilter) return launch_fwd_regfilter(p, plan, x, w, y, stream, epilogue);
     if (plan.kernel == FwdKernel::kMma) return launch_fwd_mma(p, plan, x, w, y, stream, epilogue, prologue);
   }
+  if (plan.kernel == FwdKernel::kRegFilter) return launch_fwd_regfilter(p, plan, x, w, y, stream, epilogue);
   switch (plan.kernel) {
     case FwdKernel::kDirect: return launch_fwd_direct(p, plan, x, w, y, stream, epilogue, prologue);
     case FwdKernel::kStride2:
@@ -194,8 +194,8 @@ cudaError_t launch_fwd(const DwConvParams& p, const FwdLaunchPlan& plan, const T
     case FwdKernel::kGemv:
       return p.stride_w == 1 ? launch_fwd_gemv_stride<T, 1>(p, plan, x, w, y, stream, epilogue, prologue)
                              : launch_fwd_gemv_stride<T, 2>(p, plan, x, w, y, stream, epilogue, prologue);
-    // The tensor-core and register-filter kernels take fp16/bf16 only; the Hopper
-    // kernel is not in a build without sm_90 (the plan never picks it there).
+    // The tensor-core kernels take fp16/bf16 only; the Hopper kernel is not in a build
+    // without sm_90 (the plan never picks it there).
     default: return cudaErrorInvalidValue;
   }
 }

@@ -2,6 +2,7 @@
 // instantiations, 3x3 at 8 outputs a thread and 5x5 at 4, launched on the grid of
 // plan_fwd_launch (plan/fwd_launch.h).
 #include <cstdint>
+#include <type_traits>
 
 #include "common/launch.cuh"
 #include "fwd/regfilter.cuh"
@@ -14,7 +15,8 @@ namespace {
 // Outputs a thread along the width, and the register cap through the resident blocks
 // an SM, per filter size. ptxas for sm_90, fp16/bf16 with and without the epilogue,
 // no spills: 3x3 at 8 outputs 120-128 registers (4 blocks), 5x5 at 4 outputs 152-167
-// (3 blocks; 195 uncapped, and the 128 of 4 blocks spilled 456 bytes). 7x7 is not
+// (3 blocks; 195 uncapped, and the 128 of 4 blocks spilled 456 bytes). fp32 (one
+// channel a thread, half the filter and accumulator registers) takes the same shapes. 7x7 is not
 // built: its filter and accumulators fit only 2 outputs a thread, and an earlier
 // build took about 1.9 of the tensor-core kernel's time (docs/design-notes.md).
 template <int kK>
@@ -66,10 +68,12 @@ cudaError_t launch_fwd_regfilter(const DwConvParams& p, const FwdLaunchPlan& pla
 template <typename T>
 cudaError_t launch_fwd_regfilter(const DwConvParams& p, const T* x, const T* w, T* y, cudaStream_t stream,
                                  const FwdEpilogue& epilogue) {
-  if (!can_implement_fwd_regfilter(p, true) || !fwd_regfilter_aligned(x, w, y, epilogue.bias)) {
+  constexpr bool half_precision = !std::is_same_v<T, float>;
+  if (!can_implement_fwd_regfilter(p, half_precision) || !fwd_regfilter_aligned(x, w, y, epilogue.bias)) {
     return cudaErrorInvalidValue;
   }
-  return launch_fwd_regfilter(p, plan_fwd_regfilter_launch(p, device_limits()), x, w, y, stream, epilogue);
+  return launch_fwd_regfilter(p, plan_fwd_regfilter_launch(p, half_precision, device_limits()), x, w, y, stream,
+                              epilogue);
 }
 
 #define FLASHDWC_INSTANTIATE_REGFILTER(T)                                                                        \
@@ -80,5 +84,6 @@ cudaError_t launch_fwd_regfilter(const DwConvParams& p, const T* x, const T* w, 
 
 FLASHDWC_INSTANTIATE_REGFILTER(__half)
 FLASHDWC_INSTANTIATE_REGFILTER(__nv_bfloat16)
+FLASHDWC_INSTANTIATE_REGFILTER(float)
 
 }  // namespace flashdwc

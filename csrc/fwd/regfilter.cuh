@@ -1,6 +1,7 @@
-// Forward kernel for square filters in fp16/bf16 at stride 1, on CUDA cores, with
-// the filter in registers. The library builds it for 3x3 and 5x5 (fwd/regfilter.cu),
-// where it beat the row-stream and tensor-core kernels.
+// Forward kernel for square filters at stride 1, on CUDA cores, with the filter in
+// registers. The library builds it for 3x3 and 5x5 (fwd/regfilter.cu): in fp16/bf16,
+// where it beat the row-stream and tensor-core kernels, and in fp32 on maps under 32
+// columns, where the row-stream kernel is bound by its small grid.
 //
 // Why. At k = 5 the row-stream kernel reads each filter tap from shared memory for
 // every 32 FMAs, which makes it shared-memory bound at about two thirds of the FMA
@@ -19,7 +20,8 @@
 // about 1.9 of the tensor-core kernel's at 7x7 (the filter and accumulators of 7x7
 // fit only 2 outputs a thread).
 //
-// Dataflow. A thread owns one channel pair (one 32-bit word of each pixel) and kTW
+// Dataflow. A thread owns one 32-bit word of each pixel (a channel pair in fp16/bf16,
+// one channel in fp32; its value in registers is a float2 or a float) and kTW
 // adjacent output columns, and walks down the rows of its block's row range. Each
 // input row it reads once, kTW + K - 1 words, and adds it into the K output rows
 // that read it: K rolling accumulator rows, with row o in slot o % K. The row loop is
@@ -28,15 +30,16 @@
 // output rows above the block that the first K - 1 rows make fall into slots that are
 // zeroed before they are read.
 //
-// Copies. The 32 lanes of a warp hold 32 consecutive pairs of one pixel, so a window
+// Copies. The 32 lanes of a warp hold 32 consecutive words of one pixel, so a window
 // column of the warp is 128 contiguous bytes. The warp copies its kTW + K - 1 columns
 // with cp.async into a shared-memory ring kRowsAhead rows ahead of their use, 16 bytes
 // a lane, and each lane reads its own words back after a warp barrier. The halo
-// columns the neighbouring strip reads too come from L2. Where C is not a multiple of
-// 64 (it must be one of 8), the pairs of a pixel are padded to a multiple of 32 lanes:
-// the padding lanes copy nothing (their 16-byte chunks start at or past C / 2, and C / 2
-// is a multiple of 4 words, so a chunk is wholly inside or wholly outside the pixel),
-// compute on the zeros the ring then holds, and store nothing.
+// columns the neighbouring strip reads too come from L2. Where a pixel's words are not
+// a multiple of 32 (they must be one of 4: C a multiple of 8 in fp16/bf16, of 4 in
+// fp32), they are padded to a multiple of 32 lanes: the padding lanes copy nothing
+// (their 16-byte chunks start at or past the pixel's last word, so a chunk is wholly
+// inside or wholly outside the pixel), compute on the zeros the ring then holds, and
+// store nothing.
 //
 // Padding. Input rows outside the image are skipped (no loads, no FMAs): the row
 // range is the same for every thread of a block, so the branch is uniform. Columns
@@ -70,9 +73,15 @@ struct RegFilterTraits {
 
 namespace regfilter {
 
+// A word's value in registers: a channel pair as float2 (fp16/bf16), a channel as float.
 template <typename T>
-__device__ __forceinline__ float2 unpack2(uint32_t v) {
-  if constexpr (std::is_same_v<T, __half>) {
+using WordValue = std::conditional_t<std::is_same_v<T, float>, float, float2>;
+
+template <typename T>
+__device__ __forceinline__ WordValue<T> unpack(uint32_t v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return __uint_as_float(v);
+  } else if constexpr (std::is_same_v<T, __half>) {
     return __half22float2(*reinterpret_cast<const __half2*>(&v));
   } else {
     return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
@@ -80,8 +89,10 @@ __device__ __forceinline__ float2 unpack2(uint32_t v) {
 }
 
 template <typename T>
-__device__ __forceinline__ uint32_t pack2(float2 v) {
-  if constexpr (std::is_same_v<T, __half>) {
+__device__ __forceinline__ uint32_t pack(WordValue<T> v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return __float_as_uint(v);
+  } else if constexpr (std::is_same_v<T, __half>) {
     const __half2 h = __floats2half2_rn(v.x, v.y);
     return *reinterpret_cast<const uint32_t*>(&h);
   } else {
@@ -95,10 +106,26 @@ __device__ __forceinline__ uint32_t pack2(float2 v) {
 __device__ __noinline__ float2 apply_epilogue(Activation activation, float2 r, float2 bias) {
   return make_float2(apply_activation(activation, r.x + bias.x), apply_activation(activation, r.y + bias.y));
 }
+__device__ __noinline__ float apply_epilogue(Activation activation, float r, float bias) {
+  return apply_activation(activation, r + bias);
+}
 
-__device__ __forceinline__ void fma2(float2& acc, float2 x, float2 w) {
+__device__ __forceinline__ void fma_word(float2& acc, float2 x, float2 w) {
   acc.x = fmaf(x.x, w.x, acc.x);
   acc.y = fmaf(x.y, w.y, acc.y);
+}
+__device__ __forceinline__ void fma_word(float& acc, float x, float w) { acc = fmaf(x, w, acc); }
+
+__device__ __forceinline__ float2 mul_word(float2 x, float2 w) { return make_float2(x.x * w.x, x.y * w.y); }
+__device__ __forceinline__ float mul_word(float x, float w) { return x * w; }
+
+template <typename V>
+__device__ __forceinline__ V zero_word() {
+  if constexpr (std::is_same_v<V, float>) {
+    return 0.0f;
+  } else {
+    return make_float2(0.0f, 0.0f);
+  }
 }
 
 // The walk down the rows. kEdge: some window column lies outside the image, and
@@ -109,15 +136,16 @@ __device__ __forceinline__ void fma2(float2& acc, float2 x, float2 w) {
 // words; out_cols: outputs of this thread's strip inside the map, 0 for a padding lane.
 template <typename T, int kK, int kTW, bool kEpilogue, bool kEdge>
 __device__ __forceinline__ void walk_rows(const uint32_t* __restrict__ x, uint32_t* __restrict__ y, uint32_t* ring,
-                                          const float2 (&wf)[kK][kK], const DwConvParams& p,
+                                          const WordValue<T> (&wf)[kK][kK], const DwConvParams& p,
                                           const RegFilterGrid& g, int64_t x_offset, int64_t y_offset,
                                           int64_t ih_first, int rows, unsigned col_ok, bool copy_ok,
-                                          int out_cols, float2 bias, const FwdEpilogue& epilogue) {
+                                          int out_cols, WordValue<T> bias, const FwdEpilogue& epilogue) {
   using Tr = RegFilterTraits;
+  using V = WordValue<T>;
   constexpr int kWin = kTW + kK - 1;
   constexpr int kSlotWords = kWin * Tr::kThreads;
-  const int64_t x_row = p.in_w * g.pairs;   // words between input rows
-  const int64_t y_row = p.out_w * g.pairs;  // and output rows
+  const int64_t x_row = p.in_w * g.words;   // words between input rows
+  const int64_t y_row = p.out_w * g.words;  // and output rows
   const int total = rows + kK - 1;          // input rows the block reads
   // Rows [j_lo, j_hi) are inside the image (32-bit tests a row, not 64-bit).
   const int j_lo = int(min(max(-ih_first, int64_t(0)), int64_t(total)));
@@ -130,7 +158,7 @@ __device__ __forceinline__ void walk_rows(const uint32_t* __restrict__ x, uint32
   constexpr int kCopies = (kWin + 3) / 4;
   const int lane = int(threadIdx.x % 32);
   const int copy_col = lane / 8;
-  const int64_t copy_src = copy_col * g.pairs + 4 * (lane % 8) - lane;
+  const int64_t copy_src = copy_col * g.words + 4 * (lane % 8) - lane;
   const int copy_dst = copy_col * Tr::kThreads + 4 * (lane % 8) - lane;
   // Row j's copy source, carried: issue_row runs once a row, in order.
   const uint32_t* next_src = x + x_offset + copy_src;
@@ -144,14 +172,14 @@ __device__ __forceinline__ void walk_rows(const uint32_t* __restrict__ x, uint32
       for (int i = 0; i < kCopies; ++i) {
         const int c = 4 * i + copy_col;
         const bool ok = copy_ok && (!kEdge || ((col_ok >> c) & 1u));
-        if (c < kWin) cp_async<16>(dst + 4 * i * Tr::kThreads, ok ? src + 4 * i * g.pairs : x, ok);
+        if (c < kWin) cp_async<16>(dst + 4 * i * Tr::kThreads, ok ? src + 4 * i * g.words : x, ok);
       }
     }
     cp_async_commit();
     next_src += x_row;
   };
 
-  float2 acc[kK][kTW];
+  V acc[kK][kTW];
   // Output row 0's words; carried from row to row, and from column to column by adds,
   // where indexing each store took 64-bit multiplies (PTX of the first build).
   uint32_t* out_row = y + y_offset;
@@ -183,13 +211,13 @@ __device__ __forceinline__ void walk_rows(const uint32_t* __restrict__ x, uint32
       // (0, 0)) is a multiply where every column is read, else the slot is zeroed.
       if (kEdge || !inside) {
 #pragma unroll
-        for (int t = 0; t < kTW; ++t) acc[u][t] = make_float2(0.0f, 0.0f);
+        for (int t = 0; t < kTW; ++t) acc[u][t] = zero_word<V>();
       }
       if (inside) {
 #pragma unroll
         for (int c = 0; c < kWin; ++c) {
           if (kEdge && !((col_ok >> c) & 1u)) continue;
-          const float2 v = unpack2<T>(cur[c]);
+          const V v = unpack<T>(cur[c]);
 #pragma unroll
           for (int kw = 0; kw < kK; ++kw) {
             const int t = c - kw;
@@ -197,11 +225,11 @@ __device__ __forceinline__ void walk_rows(const uint32_t* __restrict__ x, uint32
             // Output row j - kh reads this row at filter row kh.
 #pragma unroll
             for (int kh = 0; kh < kK; ++kh) {
-              float2& a = acc[(u - kh + kK) % kK][t];
+              V& a = acc[(u - kh + kK) % kK][t];
               if (!kEdge && kh == 0 && kw == 0) {
-                a = make_float2(v.x * wf[0][0].x, v.y * wf[0][0].y);
+                a = mul_word(v, wf[0][0]);
               } else {
-                fma2(a, v, wf[kh][kw]);
+                fma_word(a, v, wf[kh][kw]);
               }
             }
           }
@@ -211,11 +239,11 @@ __device__ __forceinline__ void walk_rows(const uint32_t* __restrict__ x, uint32
       if (j >= kK - 1) {
         uint32_t* dst = out_row;
 #pragma unroll
-        for (int t = 0; t < kTW; ++t, dst += g.pairs) {
+        for (int t = 0; t < kTW; ++t, dst += g.words) {
           if (t >= out_cols) break;
-          float2 r = acc[(u + 1) % kK][t];
+          V r = acc[(u + 1) % kK][t];
           if constexpr (kEpilogue) r = apply_epilogue(epilogue.activation, r, bias);
-          *dst = pack2<T>(r);
+          *dst = pack<T>(r);
         }
         out_row += y_row;
       }
@@ -227,8 +255,8 @@ __device__ __forceinline__ void walk_rows(const uint32_t* __restrict__ x, uint32
 
 }  // namespace regfilter
 
-// x, w, y as 32-bit words of channel pairs: C a multiple of 8 and the buffers aligned
-// (can_implement_fwd_regfilter, fwd_regfilter_aligned).
+// x, w, y as 32-bit words (channel pairs, or fp32 channels): C a multiple of 8 (4 in
+// fp32) and the buffers aligned (can_implement_fwd_regfilter, fwd_regfilter_aligned).
 template <typename T, int kK, int kTW, int kMinBlocks, bool kEpilogue>
 __global__ void __launch_bounds__(RegFilterTraits::kThreads, kMinBlocks)
 dwconv_fwd_regfilter_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w_ptr, T* __restrict__ y_ptr,
@@ -241,31 +269,32 @@ dwconv_fwd_regfilter_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w
   const uint32_t* x = reinterpret_cast<const uint32_t*>(x_ptr);
   const uint32_t* w = reinterpret_cast<const uint32_t*>(w_ptr);
   uint32_t* y = reinterpret_cast<uint32_t*>(y_ptr);
-  const int64_t lane_pair = i % g.lane_pairs;
-  const int64_t rest = i / g.lane_pairs;
-  // A padding lane (lane_pair >= C / 2) reads the filter and bias of the last pair and
-  // stores nothing; it still copies its chunk of the warp's window where that chunk lies
-  // inside the pixel.
-  const bool active = lane_pair < g.pairs;
-  const int64_t pair = active ? lane_pair : g.pairs - 1;
-  // The warp's first pair (lanes are aligned to 32 within lane_pairs) plus this lane's
+  const int64_t lane_word = i % g.lane_words;
+  const int64_t rest = i / g.lane_words;
+  // A padding lane (lane_word >= the pixel's words) reads the filter and bias of the
+  // last word and stores nothing; it still copies its chunk of the warp's window where
+  // that chunk lies inside the pixel.
+  const bool active = lane_word < g.words;
+  const int64_t word = active ? lane_word : g.words - 1;
+  // The warp's first word (lanes are aligned to 32 within lane_words) plus this lane's
   // chunk, 4 words at 4 * (lane % 8): inside the pixel, or wholly past it.
-  const bool copy_ok = lane_pair - int64_t(threadIdx.x % 32) + 4 * int64_t(threadIdx.x % 8) < g.pairs;
+  const bool copy_ok = lane_word - int64_t(threadIdx.x % 32) + 4 * int64_t(threadIdx.x % 8) < g.words;
   const int64_t strip = rest % g.strips;
   const int64_t n = rest / g.strips;
   const int64_t oh_begin = int64_t(blockIdx.y) * g.rows_per_block;
   const int rows = int(min(g.rows_per_block, p.out_h - oh_begin));
 
-  float2 wf[kK][kK];
+  using V = regfilter::WordValue<T>;
+  V wf[kK][kK];
 #pragma unroll
   for (int kh = 0; kh < kK; ++kh)
 #pragma unroll
     for (int kw = 0; kw < kK; ++kw) {
-      wf[kh][kw] = regfilter::unpack2<T>(__ldg(w + filter_tap(p, kh, kw) * g.pairs + pair));
+      wf[kh][kw] = regfilter::unpack<T>(__ldg(w + filter_tap(p, kh, kw) * g.words + word));
     }
-  float2 bias = make_float2(0.0f, 0.0f);
+  V bias = regfilter::zero_word<V>();
   if (epilogue.bias != nullptr) {
-    bias = regfilter::unpack2<T>(__ldg(static_cast<const uint32_t*>(epilogue.bias) + pair));
+    bias = regfilter::unpack<T>(__ldg(static_cast<const uint32_t*>(epilogue.bias) + word));
   }
 
   const int64_t ow0 = strip * kTW;
@@ -278,10 +307,10 @@ dwconv_fwd_regfilter_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w
   const int64_t ih_first = oh_begin - p.pad_top;
   // Word offsets of input row ih_first's window column 0 and of output row oh_begin's
   // column ow0; only in-image words are read, so iw0 < 0 is harmless.
-  // x is addressed from lane_pair, not pair: the copies are laid out by the warp's first
-  // pair (lane_pair - lane), and a padding lane may copy a chunk inside the pixel.
-  const int64_t x_offset = ((n * p.in_h + ih_first) * p.in_w + iw0) * g.pairs + lane_pair;
-  const int64_t y_offset = ((n * p.out_h + oh_begin) * p.out_w + ow0) * g.pairs + pair;
+  // x is addressed from lane_word, not word: the copies are laid out by the warp's first
+  // word (lane_word - lane), and a padding lane may copy a chunk inside the pixel.
+  const int64_t x_offset = ((n * p.in_h + ih_first) * p.in_w + iw0) * g.words + lane_word;
+  const int64_t y_offset = ((n * p.out_h + oh_begin) * p.out_w + ow0) * g.words + word;
   constexpr unsigned kAllColumns = (1u << kWin) - 1;
   if (col_ok == kAllColumns) {
     regfilter::walk_rows<T, kK, kTW, kEpilogue, false>(x, y, ring_words + threadIdx.x, wf, p, g, x_offset,

@@ -1,6 +1,6 @@
 // Forward depthwise convolution on CUDA cores with the filter in registers
-// (fp16/bf16 inputs, fp32 accumulation): the kernel of fwd/regfilter.cuh, for 3x3
-// and 5x5 filters at stride 1.
+// (fp16/bf16 or fp32 inputs, fp32 accumulation): the kernel of fwd/regfilter.cuh, for
+// 3x3 and 5x5 filters at stride 1.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -14,10 +14,10 @@
 namespace flashdwc {
 
 // True when the buffers are aligned as the kernel moves them: x by 16-byte copies,
-// w, y and the bias (may be null) as 32-bit words of channel pairs.
+// w, y and the bias (may be null) as 32-bit words (channel pairs, or fp32 channels).
 bool fwd_regfilter_aligned(const void* x, const void* w, const void* y, const void* bias);
 
-// y = epilogue(conv(x, w)) with T = __half or __nv_bfloat16; enqueues on `stream`,
+// y = epilogue(conv(x, w)) with T = __half, __nv_bfloat16 or float; enqueues on `stream`,
 // never synchronizes. Call only when can_implement_fwd_regfilter (plan/fwd.h) and
 // fwd_regfilter_aligned(x, w, y, epilogue.bias); the kernel has no prologue. Returns
 // cudaErrorInvalidValue, launching nothing, when either is not so.

@@ -8,10 +8,10 @@
 namespace flashdwc {
 
 struct RegFilterGrid {
-  int64_t pairs;           // C / 2: channel pairs of a pixel
-  int64_t lane_pairs;      // pairs rounded up to 32: the fastest part of a thread's index
+  int64_t words;           // 32-bit words of a pixel: C / 2 channel pairs (fp16/bf16), C (fp32)
+  int64_t lane_words;      // words rounded up to 32: the fastest part of a thread's index
   int64_t strips;          // ceil(out_w / kTW)
-  int64_t columns;         // batch * strips * lane_pairs: threads of one row block
+  int64_t columns;         // batch * strips * lane_words: threads of one row block
   int64_t rows_per_block;  // output rows of a row block (blockIdx.y)
 };
 

@@ -25,14 +25,17 @@ const char* fwd_kernel_name(FwdKernel kernel) {
   return "direct";
 }
 
-// 3x3 and 5x5 filters, stride 1, dilation 1, C a multiple of 8 (a warp's 32 channel
-// pairs are one pixel's, padded to whole warps, and each lane copies 16 bytes that are
-// wholly inside or past the pixel), the grid within CUDA's limits; fp16/bf16 only.
+// 3x3 and 5x5 filters, stride 1, dilation 1, a pixel's 32-bit words a multiple of 4
+// (C a multiple of 8 in fp16/bf16, of 4 in fp32: a warp's 32 words are one pixel's,
+// padded to whole warps, and each lane copies 16 bytes that are wholly inside or past
+// the pixel), the grid within CUDA's limits.
 bool can_implement_fwd_regfilter(const DwConvParams& p, bool half_precision) {
-  return half_precision && p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1 &&
-         p.kernel_h == p.kernel_w && (p.kernel_w == 3 || p.kernel_w == 5) && p.channels % 8 == 0 &&
-         p.out_h <= 65535 &&
-         (fwd_regfilter_threads_per_row_block(p) + kFwdRegFilterThreads - 1) / kFwdRegFilterThreads <= INT32_MAX;
+  return p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 && p.dilation_w == 1 &&
+         p.kernel_h == p.kernel_w && (p.kernel_w == 3 || p.kernel_w == 5) &&
+         p.channels % (half_precision ? 8 : 4) == 0 && p.out_h <= 65535 &&
+         (fwd_regfilter_threads_per_row_block(p, half_precision) + kFwdRegFilterThreads - 1) /
+                 kFwdRegFilterThreads <=
+             INT32_MAX;
 }
 
 // fp16/bf16, stride 1, dilation 1, KW <= 135, and the one-tile block's shared memory
@@ -132,13 +135,17 @@ bool can_implement_fwd_stride2(const DwConvParams& p, bool half_precision) {
 // 128x16x16x512, 128x24x24x256). Against the tensor-core kernel over 64 columns, 5x5:
 // 0.946 (bf16) and 0.881 (fp16) on 128^4, 0.909 on 128x112x112x128. C = 96 is not
 // whole blocks (it took 1.31 of the time there). Other multiples of 8 go there where
-// padding the pairs to whole warps idles at most fwd_regfilter_max_idle_lanes_pct of
-// the lanes (plan/thresholds.h).
+// padding the words to whole warps idles at most fwd_regfilter_max_idle_lanes_pct of
+// the lanes (plan/thresholds.h). fp32 goes there on maps of at most
+// fwd_regfilter_fp32_max_out_w columns only, where the row-stream kernel that takes
+// fp32 3x3 and 5x5 otherwise is bound by its small grid.
 FwdKernel plan_fwd(const DwConvParams& p, bool half_precision, const DeviceLimits& device) {
-  const int64_t pairs = p.channels / 2;
-  const int64_t idle = fwd_regfilter_lane_pairs(p.channels) - pairs;
-  const bool few_idle_lanes = 100 * idle <= kPlanThresholds.fwd_regfilter_max_idle_lanes_pct * pairs;
-  return can_implement_fwd_regfilter(p, half_precision) && few_idle_lanes
+  const PlanThresholds& t = kPlanThresholds;
+  const int64_t words = fwd_regfilter_words(p.channels, half_precision);
+  const int64_t idle = fwd_regfilter_lane_words(p.channels, half_precision) - words;
+  const bool few_idle_lanes = 100 * idle <= t.fwd_regfilter_max_idle_lanes_pct * words;
+  const bool wanted = half_precision || p.out_w <= t.fwd_regfilter_fp32_max_out_w;
+  return wanted && can_implement_fwd_regfilter(p, half_precision) && few_idle_lanes
              ? FwdKernel::kRegFilter
              : plan_fwd_without_regfilter(p, half_precision, device);
 }

@@ -43,13 +43,20 @@ inline constexpr int64_t kFwdGemvHalfTmStride2 = 2;
 // 4 for 5x5 (fwd/regfilter.cu, RegFilterShape).
 inline constexpr int64_t kFwdRegFilterThreads = 128;
 inline int64_t fwd_regfilter_outputs_per_thread(int64_t kernel) { return kernel == 3 ? 8 : 4; }
-// Threads a pixel of the register-filter grid: one a channel pair, rounded up to whole
-// warps (a warp's 32 lanes copy 128 contiguous bytes of one pixel).
-inline int64_t fwd_regfilter_lane_pairs(int64_t channels) { return (channels / 2 + 31) / 32 * 32; }
+// The 32-bit words of a pixel the register-filter kernel walks, a thread each: channel
+// pairs in fp16/bf16, channels in fp32.
+inline int64_t fwd_regfilter_words(int64_t channels, bool half_precision) {
+  return half_precision ? channels / 2 : channels;
+}
+// Threads a pixel of the register-filter grid: its words rounded up to whole warps (a
+// warp's 32 lanes copy 128 contiguous bytes of one pixel).
+inline int64_t fwd_regfilter_lane_words(int64_t channels, bool half_precision) {
+  return (fwd_regfilter_words(channels, half_precision) + 31) / 32 * 32;
+}
 // Threads along one row block of the register-filter grid.
-inline int64_t fwd_regfilter_threads_per_row_block(const DwConvParams& p) {
+inline int64_t fwd_regfilter_threads_per_row_block(const DwConvParams& p, bool half_precision) {
   const int64_t tw = fwd_regfilter_outputs_per_thread(p.kernel_w);
-  return p.batch * ((p.out_w + tw - 1) / tw) * fwd_regfilter_lane_pairs(p.channels);
+  return p.batch * ((p.out_w + tw - 1) / tw) * fwd_regfilter_lane_words(p.channels, half_precision);
 }
 
 // Whether each kernel can run the problem's geometry (the launch may also need aligned

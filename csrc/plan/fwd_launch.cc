@@ -16,7 +16,7 @@ int64_t elem_bytes(bool half_precision) { return half_precision ? 2 : 4; }
 bool aligned16(const FwdCall& call) { return call.x_align >= 16 && call.w_align >= 16 && call.y_align >= 16; }
 
 // The register-filter kernel's copies: x by 16 bytes, w, y and the bias as 32-bit
-// words of channel pairs (fwd_regfilter_aligned, fwd/regfilter.h).
+// words (fwd_regfilter_aligned, fwd/regfilter.h).
 bool regfilter_aligned(const FwdCall& call) {
   return call.x_align >= 16 && call.w_align >= 4 && call.y_align >= 4 && call.bias_align >= 4;
 }
@@ -132,15 +132,15 @@ FwdLaunchPlan stride2_plan(const DwConvParams& p, const FwdCall& call, const Dev
 // read twice.
 constexpr int64_t kRegFilterMinRowsPerBlock = 16;
 
-FwdLaunchPlan regfilter_plan(const DwConvParams& p, const DeviceLimits& device) {
+FwdLaunchPlan regfilter_plan(const DwConvParams& p, bool half_precision, const DeviceLimits& device) {
   FwdLaunchPlan plan;
   plan.kernel = FwdKernel::kRegFilter;
   const int64_t tw = fwd_regfilter_outputs_per_thread(p.kernel_w);
   RegFilterGrid& g = plan.regfilter;
-  g.pairs = p.channels / 2;
-  g.lane_pairs = fwd_regfilter_lane_pairs(p.channels);
+  g.words = fwd_regfilter_words(p.channels, half_precision);
+  g.lane_words = fwd_regfilter_lane_words(p.channels, half_precision);
   g.strips = (p.out_w + tw - 1) / tw;
-  g.columns = fwd_regfilter_threads_per_row_block(p);
+  g.columns = fwd_regfilter_threads_per_row_block(p, half_precision);
   // One row block per column of threads unless that leaves under two waves of resident
   // threads, then more, of at least kRegFilterMinRowsPerBlock rows.
   const int64_t resident =
@@ -176,8 +176,8 @@ int64_t fwd_workspace_bytes(const DwConvParams& p, bool half_precision, bool pro
   return make_wgmma_fwd_grid(p).workspace_bytes;
 }
 
-FwdLaunchPlan plan_fwd_regfilter_launch(const DwConvParams& p, const DeviceLimits& device) {
-  return regfilter_plan(p, device);
+FwdLaunchPlan plan_fwd_regfilter_launch(const DwConvParams& p, bool half_precision, const DeviceLimits& device) {
+  return regfilter_plan(p, half_precision, device);
 }
 
 FwdLaunchPlan plan_fwd_mma_launch(const DwConvParams& p, const FwdCall& call, const DeviceLimits& device,
@@ -212,7 +212,7 @@ FwdLaunchPlan plan_fwd_launch(const DwConvParams& p, const FwdCall& call, const 
   }
   if (kernel == FwdKernel::kRegFilter) {
     // The register-filter kernel has no prologue and moves pairs of channels.
-    if (!call.prologue && regfilter_aligned(call)) return regfilter_plan(p, device);
+    if (!call.prologue && regfilter_aligned(call)) return regfilter_plan(p, call.half_precision, device);
     kernel = plan_fwd_without_regfilter(p, call.half_precision, device);
   }
   if (kernel == FwdKernel::kMma) return plan_fwd_mma_launch(p, call, device, 0);

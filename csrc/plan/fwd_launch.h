@@ -74,7 +74,7 @@ int64_t fwd_workspace_bytes(const DwConvParams& p, bool half_precision, bool pro
 
 // One kernel's launch, where the caller has chosen it (the launchers' test entry
 // points). plan_fwd_mma_launch: tiles_per_block as launch_fwd_mma's (fwd/mma.h).
-FwdLaunchPlan plan_fwd_regfilter_launch(const DwConvParams& p, const DeviceLimits& device);
+FwdLaunchPlan plan_fwd_regfilter_launch(const DwConvParams& p, bool half_precision, const DeviceLimits& device);
 FwdLaunchPlan plan_fwd_mma_launch(const DwConvParams& p, const FwdCall& call, const DeviceLimits& device,
                                   int tiles_per_block);
 

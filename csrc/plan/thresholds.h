@@ -41,6 +41,14 @@ struct PlanThresholds {
   // (H100, bf16) it took 0.63-0.98 of the replaced kernels' time (EfficientNet-B0's
   // 14x14x672 5x5: 0.060 -> 0.038 ms) and ran 1.07-1.49x XLA (docs/design-notes.md).
   int64_t fwd_regfilter_max_idle_lanes_pct = 25;
+  // Forward, fp32 3x3 and 5x5: the register-filter kernel (one channel a lane) on maps
+  // of at most this many output columns. The row-stream kernel, which takes fp32 there
+  // otherwise, is bound by its small grid under 32 columns (34 us on a 7x7 map whatever
+  // the filter), where the fp16/bf16 register-filter kernel took 0.38-0.63 of its time;
+  // in fp32 MobileNetV2's 3x3 forward on 14x14 and 7x7 maps ran 0.65-0.87x XLA on it
+  // (H100, docs/performance.md). Wider fp32 maps keep the row-stream kernel (not timed
+  // against this one).
+  int64_t fwd_regfilter_fp32_max_out_w = 31;
   // Filter-gradient, fp16/bf16: tensor cores from 9 taps across, on any map. Kernel
   // A/B on the H200 (bf16, ms, split -> tensor cores): k = 9 on 64x32x32x1536 1.29 ->
   // 0.67, on 128x32x32x1024 1.70 -> 0.86, on 128x64x64x256 1.02 -> 0.73, on
@@ -111,6 +119,7 @@ void for_each_threshold(Fn&& fn) {
   fn("fwd_mma_kw5_min_out_w", t.fwd_mma_kw5_min_out_w);
   fn("fwd_wgmma_min_kernel", t.fwd_wgmma_min_kernel);
   fn("fwd_regfilter_max_idle_lanes_pct", t.fwd_regfilter_max_idle_lanes_pct);
+  fn("fwd_regfilter_fp32_max_out_w", t.fwd_regfilter_fp32_max_out_w);
   fn("bwd_filter_mma_min_kernel_w", t.bwd_filter_mma_min_kernel_w);
   fn("bwd_filter_mma_kw7_kernel_w", t.bwd_filter_mma_kw7_kernel_w);
   fn("bwd_filter_mma_kw7_min_out_w", t.bwd_filter_mma_kw7_min_out_w);

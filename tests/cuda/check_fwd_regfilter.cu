@@ -1,7 +1,8 @@
 // Standalone GPU check of the register-filter forward kernel (fwd/regfilter.cuh)
 // against a CPU reference in double, through the dispatcher run_dwconv_fwd: every shape
 // here is a square 3x3 or 5x5 with C a multiple of 64, or of 8 with few padding lanes,
-// which it sends there.
+// which it sends there in fp16/bf16, and in fp32 where the map has at most 31 columns
+// (plus fp32-only channel counts, multiples of 4).
 // Build (from the repository root):
 //   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc tests/cuda/check_fwd_regfilter.cu \
 //        csrc/fwd/{launch,mma,regfilter}.cu csrc/plan/*.cc -o check_fwd_regfilter
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "common/launch.cuh"
@@ -41,7 +43,8 @@ template <typename T>
 bool run_shape(const Shape& s, std::mt19937& rng) {
   const DwConvParams p = conv_params(s.n, s.h, s.w, s.c, s.k, s.k, s.pad_top, s.pad_left, s.out_h, s.out_w, 1, s.flip);
   const char* dtype = dtype_name<T>();
-  if (flashdwc::plan_fwd(p, true, flashdwc::device_limits()) != flashdwc::FwdKernel::kRegFilter) {
+  const bool half_precision = !std::is_same_v<T, float>;
+  if (flashdwc::plan_fwd(p, half_precision, flashdwc::device_limits()) != flashdwc::FwdKernel::kRegFilter) {
     std::printf("  %-30s %-4s: the dispatcher does not pick the register-filter kernel\n", s.name, dtype);
     return false;
   }
@@ -104,12 +107,19 @@ int main() {
       same("k3_tall_rowblocks", 1, 300, 40, 64, 3),           // 18 row blocks of 17 rows
       same("k3_w7_c768", 4, 7, 7, 768, 3),                    // one strip, 7 of its 8 columns
   };
+  // fp32 only: C a multiple of 4 but not of 8 (15 and 31 words of 16 and 32 lanes).
+  const Shape fp32_shapes[] = {
+      same("fp32_k3_c60_w20", 2, 11, 20, 60, 3, false, true),
+      same("fp32_k5_c124_w9", 3, 12, 9, 124, 5, true),
+  };
   std::mt19937 rng(20261203);
   bool ok = true;
   for (const Shape& s : shapes) {
     ok &= run_shape<__nv_bfloat16>(s, rng);
     ok &= run_shape<__half>(s, rng);
+    if (s.out_w <= 31) ok &= run_shape<float>(s, rng);
   }
+  for (const Shape& s : fp32_shapes) ok &= run_shape<float>(s, rng);
   std::printf(ok ? "ALL OK\n" : "FAILURES\n");
   return ok ? 0 : 1;
 }

@@ -32,6 +32,7 @@ CASES = [
     (2, 13, 32, 128, 3, 3, 1, 1, jnp.bfloat16),   # half row-stream bwd_filter, 32-column strip; register-filter
                                                   # fwd and bwd_data at 3x3 (row-stream fwd with the prologue)
     (2, 13, 41, 64, 5, 5, 1, 1, jnp.float16),     # register-filter fwd and bwd_data at 5x5, a last strip of 1
+    (2, 13, 19, 60, 3, 3, 1, 1, jnp.float32),     # fp32 register-filter fwd and bwd_data (narrow map, 60 of 64 lanes)
     (2, 13, 29, 72, 4, 4, 1, 1, jnp.bfloat16),    # half GEMV, 64-channel blocks, 16-byte loads; split bwd_filter
     (2, 13, 29, 100, 5, 5, 2, 1, jnp.float16),    # half GEMV stride 2, scalar (C % 8 != 0); phase bwd_data at 5x5
     (2, 13, 15, 24, 3, 3, 2, 1, jnp.bfloat16),    # phase bwd_data at 3x3 (8 channels a thread), odd map
