@@ -20,8 +20,8 @@ cudaError_t launch_conv(const wgmma_fwd::ConvArgs& a, const LaunchConfig& launch
   return cudaGetLastError();
 }
 
-// The instances the plan can pick: NQ 2-4 (KW 10-57), 8 rows a wgmma below NQ = 4 and
-// 16 at NQ = 4 (wgmma_fwd_rows_per_mma).
+// The instances the plan can pick: NQ 2-4 (KW 10-57), 8 rows a wgmma at NQ = 2 and
+// 16 from NQ = 3 (wgmma_fwd_rows_per_mma).
 template <typename T>
 cudaError_t launch_conv_any(const WgmmaFwdGrid& g, const wgmma_fwd::ConvArgs& a, const LaunchConfig& launch,
                             cudaStream_t stream) {

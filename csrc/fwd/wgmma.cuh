@@ -79,6 +79,11 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Wait until at most N committed wgmma groups are still in flight.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
 
 // Shared-memory matrix descriptor, no swizzle, base offset 0: the K-direction
 // core-matrix stride 128 bytes (leading byte offset), the N-direction 8-column stride
@@ -378,10 +383,37 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dwconv_fwd_wgmma_kernel(const
   };
 
   // One loop turn a tile row: wait for its staged row, stage the row kD ahead, A by
-  // ldmatrix, the wgmmas of every row group and k-step, then wait for them (A is one
-  // register buffer; the other block on the SM keeps the tensor cores busy meanwhile).
+  // ldmatrix into one of two register buffers, the wgmmas of every row group and
+  // k-step, then wait for the previous row's wgmmas only: the ldmatrix and staging of
+  // row s + 1 overlap the wgmmas of row s. Rows go in pairs so that each buffer is
+  // named at compile time (a run-time index would put A in local memory).
   const uint32_t zero_off = uint32_t(NQ * q_stride);
+  uint32_t a[2][NQ][4];
   int s = 0;
+  auto row = [&](auto buffer, int i) {
+    constexpr int b = decltype(buffer)::value;
+    wait_staged<kD - 1>();  // this thread's chunk of row s has landed
+    __syncthreads();        // everyone's has; everyone is done reading row s - 1's slot
+    stage_next();           // row s + kD, into the slot of row s - 1
+    const uint32_t slot = ring_base + uint32_t(s % kSlots) * kSlotBytes + a_off;
+#pragma unroll
+    for (int q = 0; q < NQ; ++q) ldmatrix_x4(a[b][q], slot + 32u * q);
+    wgmma_fence();
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const int j0 = i - g * RN;  // filter row of the group's first output row
+      const bool active = j0 >= 0 && j0 <= p.kh + RN - 2;
+      const int r0 = p.kh - 1 + P - j0;  // brick row of block 0 (in range when active)
+#pragma unroll
+      for (int q = 0; q < NQ; ++q) {
+        const uint32_t off = active ? uint32_t(q * q_stride + r0 * kBrick) : zero_off;
+        Wgmma<N, T>::run(acc[g], a[b][q], desc0 + uint64_t(off >> 4));
+      }
+    }
+    wgmma_commit();
+    wgmma_wait<1>();  // the previous row's wgmmas, the last readers of a[1 - b], are done
+    ++s;
+  };
 #pragma unroll 1
   for (int t = 0; t < tiles; ++t) {
 #pragma unroll
@@ -389,30 +421,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dwconv_fwd_wgmma_kernel(const
 #pragma unroll
       for (int e = 0; e < N / 2; ++e) acc[g][e] = 0.0f;
     const int ie = i_end(t);
+    int i = i_begin(t);
 #pragma unroll 1
-    for (int i = i_begin(t); i < ie; ++i, ++s) {
-      wait_staged<kD - 1>();  // this thread's chunk of row s has landed
-      __syncthreads();        // everyone's has; everyone is done reading row s - 1's slot
-      stage_next();           // row s + kD, into the slot of row s - 1
-      const uint32_t slot = ring_base + uint32_t(s % kSlots) * kSlotBytes + a_off;
-      uint32_t a[NQ][4];
-#pragma unroll
-      for (int q = 0; q < NQ; ++q) ldmatrix_x4(a[q], slot + 32u * q);
-      wgmma_fence();
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-        const int j0 = i - g * RN;  // filter row of the group's first output row
-        const bool active = j0 >= 0 && j0 <= p.kh + RN - 2;
-        const int r0 = p.kh - 1 + P - j0;  // brick row of block 0 (in range when active)
-#pragma unroll
-        for (int q = 0; q < NQ; ++q) {
-          const uint32_t off = active ? uint32_t(q * q_stride + r0 * kBrick) : zero_off;
-          Wgmma<N, T>::run(acc[g], a[q], desc0 + uint64_t(off >> 4));
-        }
-      }
-      wgmma_commit();
-      wgmma_wait_all();
+    for (; i + 1 < ie; i += 2) {
+      row(std::integral_constant<int, 0>{}, i);
+      row(std::integral_constant<int, 1>{}, i + 1);
     }
+    if (i < ie) row(std::integral_constant<int, 0>{}, i);
+    wgmma_wait_all();  // the accumulators are read next
     store_tile(t);
   }
   wgmma_wait_all();

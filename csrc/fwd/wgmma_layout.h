@@ -35,11 +35,13 @@ struct WgmmaFwdTraits {
 constexpr int64_t wgmma_fwd_nq(int64_t kernel_w) { return (kernel_w + 7 + 15) / 16; }
 // Input columns a unit stages per row.
 constexpr int64_t wgmma_fwd_stage_w(int64_t nq) { return WgmmaFwdTraits::kUnitW - 8 + 16 * nq; }
-// Output rows a wgmma covers (its N over 8): 16 rows where the filter has four
-// k-steps (k = 51 on 128x64x64x256: 310.8 against 293.6 TFLOP/s at 8, H200), 8 below
-// (k = 31: 185.0 against 179.4; k = 17: 81.6 against 83.1, the one point that
-// preferred 16; benchmarks/results/wgmma_fwd_h200.txt).
-constexpr int wgmma_fwd_rows_per_mma(int64_t nq) { return nq >= 4 ? 16 : 8; }
+// Output rows a wgmma covers (its N over 8): 16 rows from three k-steps a filter row.
+// With each row's A in its own register buffer, 16 rows ran the kernel alone at k = 31
+// 1.04-1.06x the single-buffer kernel's best on the 128- and 64-wide paper maps (253.4
+// against 241.6 TFLOP/s at 128x128x128x128) and 0.98x on the 32-wide one; at k = 51,
+// 1.04-1.05x (H100, benchmarks/cuda/time_fwd_wgmma.cu). 8 rows at two k-steps (k = 17:
+// 81.6 against 83.1 at 16 before the double buffer, H200).
+constexpr int wgmma_fwd_rows_per_mma(int64_t nq) { return nq >= 3 ? 16 : 8; }
 
 struct WgmmaFwdGrid {
   int64_t strips = 0;    // 64-column strips a row (WT)
