@@ -510,6 +510,12 @@ def test_hopper_forward_takes_large_square_filters_on_sm90_only():
   assert pick(kernel_h=51, pad_top=25) == "wgmma"  # 51 x 31
   assert pick(**k(29)) == pick(kernel_w=29, pad_left=14) == "mma"
   assert pick(kernel_w=5, pad_left=2) == "gemv"  # 31 x 5
+  # Under 48 output columns only from 51 taps across (fwd_wgmma_min_out_w,
+  # fwd_wgmma_narrow_min_kernel).
+  narrow = dict(in_w=32, out_w=32)
+  assert pick(**narrow) == pick(in_w=47, out_w=47) == pick(**k(33), **narrow) == "mma"
+  assert pick(**k(51), **narrow) == pick(**k(57), in_w=17, out_w=17) == "wgmma"
+  assert pick(in_w=48, out_w=48) == pick(in_w=56, out_w=56) == pick(in_w=64, out_w=64) == "wgmma"
   # Geometry it does not take: channels not a multiple of 8, a smaller output (VALID),
   # stride, dilation, a row too wide for the transposes' shared tile.
   assert pick(channels=12) == pick(out_h=34, out_w=34, pad_top=0, pad_left=0) == "mma"

@@ -18,7 +18,7 @@ from shapes import ConvCase
 CASES = [
     ConvCase("k31_37x70_c24", 2, 37, 70, 24, 31, 31),
     ConvCase("k51_64x64_c64", 3, 64, 64, 64, 51, 51),
-    ConvCase("k33x31_one_sided", 9, 20, 33, 16, 33, 31, padding=((0, 32), (30, 0))),
+    ConvCase("k33x31_one_sided", 9, 20, 66, 16, 33, 31, padding=((0, 32), (30, 0))),
     ConvCase("k31_40x130_c8", 1, 40, 130, 8, 31, 31),
     ConvCase("k57_24x17_c72", 5, 24, 17, 72, 57, 57),
 ]

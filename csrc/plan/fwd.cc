@@ -150,10 +150,14 @@ FwdKernel plan_fwd(const DwConvParams& p, bool half_precision, const DeviceLimit
              : plan_fwd_without_regfilter(p, half_precision, device);
 }
 
-// The Hopper kernel from fwd_wgmma_min_kernel taps in both directions (plan/thresholds.h).
+// The Hopper kernel from fwd_wgmma_min_kernel taps in both directions, on maps of at
+// least fwd_wgmma_min_out_w columns or with filters of at least
+// fwd_wgmma_narrow_min_kernel columns (plan/thresholds.h).
 FwdKernel plan_fwd_without_regfilter(const DwConvParams& p, bool half_precision, const DeviceLimits& device) {
-  const int64_t min_kernel = kPlanThresholds.fwd_wgmma_min_kernel;
-  if (p.kernel_h >= min_kernel && p.kernel_w >= min_kernel && can_implement_fwd_wgmma(p, half_precision, device)) {
+  const PlanThresholds& t = kPlanThresholds;
+  const int64_t min_kernel = t.fwd_wgmma_min_kernel;
+  const bool wide = p.out_w >= t.fwd_wgmma_min_out_w || p.kernel_w >= t.fwd_wgmma_narrow_min_kernel;
+  if (p.kernel_h >= min_kernel && p.kernel_w >= min_kernel && wide && can_implement_fwd_wgmma(p, half_precision, device)) {
     return FwdKernel::kWgmma;
   }
   return plan_fwd_without_wgmma(p, half_precision, device);

@@ -154,9 +154,11 @@ FwdLaunchPlan regfilter_plan(const DwConvParams& p, bool half_precision, const D
   return plan;
 }
 
+}  // namespace
+
 // One block a (8 units, channel), 128 threads; the transposes' grid is the
 // launcher's, (H, N, channel blocks).
-FwdLaunchPlan wgmma_plan(const DwConvParams& p) {
+FwdLaunchPlan plan_fwd_wgmma_launch(const DwConvParams& p) {
   using Tr = WgmmaFwdTraits;
   FwdLaunchPlan plan;
   plan.kernel = FwdKernel::kWgmma;
@@ -168,8 +170,6 @@ FwdLaunchPlan wgmma_plan(const DwConvParams& p) {
   plan.launch.smem_bytes = g.smem_bytes;
   return plan;
 }
-
-}  // namespace
 
 int64_t fwd_workspace_bytes(const DwConvParams& p, bool half_precision, bool prologue, const DeviceLimits& device) {
   if (prologue || plan_fwd(p, half_precision, device) != FwdKernel::kWgmma) return 0;
@@ -206,7 +206,7 @@ FwdLaunchPlan plan_fwd_launch(const DwConvParams& p, const FwdCall& call, const 
   if (kernel == FwdKernel::kWgmma) {
     // The Hopper kernel has no prologue, moves 16 bytes a thread and needs its
     // workspace, which the lowering sizes by fwd_workspace_bytes.
-    FwdLaunchPlan plan = wgmma_plan(p);
+    FwdLaunchPlan plan = plan_fwd_wgmma_launch(p);
     if (!call.prologue && aligned16(call) && call.workspace_bytes >= plan.wgmma.workspace_bytes) return plan;
     kernel = plan_fwd_without_wgmma(p, call.half_precision, device);
   }

@@ -75,6 +75,9 @@ int64_t fwd_workspace_bytes(const DwConvParams& p, bool half_precision, bool pro
 // One kernel's launch, where the caller has chosen it (the launchers' test entry
 // points). plan_fwd_mma_launch: tiles_per_block as launch_fwd_mma's (fwd/mma.h).
 FwdLaunchPlan plan_fwd_regfilter_launch(const DwConvParams& p, bool half_precision, const DeviceLimits& device);
+// The Hopper kernel's plan whatever the rule (the kernel harness times it where the plan
+// does not take it); call only where can_implement_fwd_wgmma holds.
+FwdLaunchPlan plan_fwd_wgmma_launch(const DwConvParams& p);
 FwdLaunchPlan plan_fwd_mma_launch(const DwConvParams& p, const FwdCall& call, const DeviceLimits& device,
                                   int tiles_per_block);
 

@@ -34,6 +34,17 @@ struct PlanThresholds {
   // and 31, and filters under 31 in one direction (SLaK's 51x5 strips), unmeasured:
   // they stay on mma.sync.
   int64_t fwd_wgmma_min_kernel = 31;
+  // Forward, Hopper kernel: maps of at least this many output columns, or filters at
+  // least fwd_wgmma_narrow_min_kernel wide on narrower maps. A block's rows are 64-column
+  // strips, so a 32-wide map fills half of each and the planar copies weigh more.
+  // Through JAX on one H100, bf16 forward, k = 31, two rounds: 128x32x32x1024 2.96-3.01 ms
+  // on wgmma against 2.40-2.43 on mma.sync (0.81x), 64x48x48x512 1.35-1.40 against
+  // 1.41-1.47 (1.00-1.09x), RepLKNet-31B's 32x56x56x128 0.31 against 0.33 (forward) and
+  // 0.39-0.41 against 0.35-0.40 (input gradient); 33-47 columns are unmeasured. At
+  // k = 51 the 32-wide map gains (harness: 170.5 TFLOP/s end to end against mma.sync's
+  // 152.5 on an H200).
+  int64_t fwd_wgmma_min_out_w = 48;
+  int64_t fwd_wgmma_narrow_min_kernel = 51;
   // Forward, fp16/bf16 3x3 and 5x5: the register-filter kernel takes C not a multiple
   // of 64 where the padding lanes (pairs rounded up to 32) are at most this percentage
   // of the pairs: EfficientNet-B0's 480 and 672 channels (7% and 5%), 240 (7%), 160
@@ -118,6 +129,8 @@ void for_each_threshold(Fn&& fn) {
   fn("fwd_mma_kw5_kernel_w", t.fwd_mma_kw5_kernel_w);
   fn("fwd_mma_kw5_min_out_w", t.fwd_mma_kw5_min_out_w);
   fn("fwd_wgmma_min_kernel", t.fwd_wgmma_min_kernel);
+  fn("fwd_wgmma_min_out_w", t.fwd_wgmma_min_out_w);
+  fn("fwd_wgmma_narrow_min_kernel", t.fwd_wgmma_narrow_min_kernel);
   fn("fwd_regfilter_max_idle_lanes_pct", t.fwd_regfilter_max_idle_lanes_pct);
   fn("fwd_regfilter_fp32_max_out_w", t.fwd_regfilter_fp32_max_out_w);
   fn("bwd_filter_mma_min_kernel_w", t.bwd_filter_mma_min_kernel_w);
