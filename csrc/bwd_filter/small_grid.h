@@ -58,8 +58,11 @@ struct BwdFilterSmallGrid {
 // group: the fewest blocks a row of the output (channel blocks x column blocks), then
 // the most groups (a block's threads read one contiguous run of a pixel's channels);
 // then cols as even as the column blocks allow.
+// min_run_steps: the fewest m-steps a run owns (the library's kBwdFilterSmallMinRunSteps;
+// benchmarks/cuda/time_bwd_filter_small.cu times others).
 inline BwdFilterSmallGrid make_bwd_filter_small_grid(const DwConvParams& p, int width, int elem_bytes,
-                                                     int64_t resident_blocks) {
+                                                     int64_t resident_blocks,
+                                                     int64_t min_run_steps = kBwdFilterSmallMinRunSteps) {
   BwdFilterSmallGrid g{};
   const int64_t all_groups = std::max<int64_t>((p.channels + width - 1) / width, 1);
   const int64_t out_w = std::max<int64_t>(p.out_w, 1);
@@ -79,7 +82,7 @@ inline BwdFilterSmallGrid make_bwd_filter_small_grid(const DwConvParams& p, int 
   g.sequence_steps = p.batch * g.image_steps;
   const int64_t per_row = g.channel_blocks * g.col_blocks;
   int64_t runs = std::max<int64_t>(resident_blocks / per_row, 1);
-  runs = std::min(runs, std::max<int64_t>(g.sequence_steps / kBwdFilterSmallMinRunSteps, 1));
+  runs = std::min(runs, std::max<int64_t>(g.sequence_steps / std::max<int64_t>(min_run_steps, 1), 1));
   g.steps_per_run = std::max<int64_t>((g.sequence_steps + runs - 1) / runs, 1);
   g.runs = (g.sequence_steps + g.steps_per_run - 1) / g.steps_per_run;
   const int64_t group_elems = int64_t(g.groups) * width;
