@@ -192,6 +192,13 @@ int main(int argc, char** argv) {
     bwd_split<4, 3, 4, 4, false, true>("grid3 split V4 U3 W4 mb4", pr, &bref);
     bwd_split<4, 4, 4, 4, false, true>("grid3 split V4 U4 W4 mb4", pr, &bref);
     bwd_split<2, 4, 4, 6, false, true>("grid3 split V2 U4 W4 mb6", pr, &bref);
+    // The flat grid's other geometries on the 3-D grid: V4 U3 W4 led the flat ones by
+    // 2-12%, and the 3-D grid freed 8-21 registers, which may favour wider vectors or
+    // more warps a block there.
+    bwd_split<4, 2, 4, 4, false, true>("grid3 split V4 U2 W4 mb4", pr, &bref);
+    bwd_split<4, 2, 8, 2, false, true>("grid3 split V4 U2 W8 mb2", pr, &bref);
+    bwd_split<8, 2, 4, 2, false, true>("grid3 split V8 U2 W4 mb2", pr, &bref);
+    bwd_split<2, 3, 4, 5, false, true>("grid3 split V2 U3 W4 mb5", pr, &bref);
   }
   return 0;
 }
