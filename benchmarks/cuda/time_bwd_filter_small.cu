@@ -11,9 +11,11 @@
 // For each layer and each floor: the grid as the library's launcher builds it (the
 // shared memory at 3 blocks an SM, the runs at the kernel's occupancy), then memset
 // of the fp32 workspace + kernel, 20 back to back between two events after 3 warm-up
-// rounds, the time of one. Every floor's workspace is compared with the first's (fp32
-// sums in another order: 1e-5 of the largest tap), and the first's with a double
-// reference on 8 sampled channels, so that a grid that drops or repeats a step shows.
+// rounds, the time of one; and the same with the cast of the sums to bf16, the whole
+// pass, to hold against the registry's time through JAX. Every floor's workspace is
+// compared with the first's (fp32 sums in another order: 1e-5 of the largest tap),
+// and the first's with a double reference on 8 sampled channels, so that a grid that
+// drops or repeats a step shows.
 // Build (from the repository root) and run:
 //   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc \
 //        benchmarks/cuda/time_bwd_filter_small.cu -o time_bwd_filter_small
@@ -25,6 +27,8 @@
 
 #include "../../tests/cuda/harness.cuh"
 #include "bwd_filter/small.cuh"
+#include "bwd_filter/split.cuh"
+#include "common/direct_grid.h"
 #include "common/launch.cuh"
 
 namespace {
@@ -104,6 +108,8 @@ bool run_layer(const Layer& l, int sms) {
   dy.fill_uniform(2u);
   const int64_t taps = p.kernel_h * p.kernel_w * p.channels;
   DeviceBuffer<float> ws(taps);
+  DeviceBuffer<T> dw(taps);
+  const dim3 finalize_grid = to_dim3(flashdwc::direct_grid(taps));
   const size_t smem = size_t(flashdwc::make_bwd_filter_small_grid(p, Tr::kWidth, 2, int64_t(sms) * 3).smem_bytes);
   CK(flashdwc::allow_dynamic_smem(kernel, smem));
   int per_sm = 0;
@@ -121,6 +127,17 @@ bool run_layer(const Layer& l, int sms) {
     // 20 rounds between two events: a round is 5-50 us, so one event pair's overhead
     // would be a large share of a single round.
     const float ms = median_launch_ms([&] { for (int i = 0; i < 20; ++i) launch(); }, 3, 9) / 20;
+    // The whole pass as run_dwconv_bwd_filter runs it: with the cast of the sums to T.
+    const float pass_ms = median_launch_ms(
+                              [&] {
+                                for (int i = 0; i < 20; ++i) {
+                                  launch();
+                                  flashdwc::dwconv_bwd_filter_finalize_kernel<T>
+                                      <<<finalize_grid, flashdwc::kDirectThreads>>>(ws.get(), dw.get(), taps, 1);
+                                }
+                              },
+                              3, 9) /
+                          20;
     const cudaError_t err = cudaGetLastError();
     const std::vector<float> got = ws.download();
     const char* verdict = "same";
@@ -158,8 +175,10 @@ bool run_layer(const Layer& l, int sms) {
       if (!(worst <= 1e-5 * largest)) ok = false, verdict = "DIFFERS";
     }
     const double bytes = double(p.batch) * (p.in_h * p.in_w + p.out_h * p.out_w) * p.channels * sizeof(T);
-    std::printf("%-38s floor %2lld: %4u blocks (%d an SM resident), %3lld steps a run: %.4f ms %6.1f GB/s %s\n", l.name,
-                (long long)floor, blocks, per_sm, (long long)g.steps_per_run, ms, bytes / ms / 1e6, verdict);
+    std::printf("%-38s floor %2lld: %4u blocks (%d an SM resident), %3lld steps a run: %.4f ms %6.1f GB/s, "
+                "with the cast %.4f ms %s\n",
+                l.name, (long long)floor, blocks, per_sm, (long long)g.steps_per_run, ms, bytes / ms / 1e6, pass_ms,
+                verdict);
   }
   return ok;
 }
