@@ -67,10 +67,11 @@ class XlaRule:
 # jax 0.11.2), bf16, on the registry's layers (benchmarks/results/layers_h100_80gb_hbm3.csv;
 # each row names the commit it measured): ours against XLA in the same run. fp16 shares
 # the bf16 kernels and follows the same rules. fp32 is measured on MobileNetV2's layers
-# and MobileNetV3-Large's first and 28x28x120 5x5 so far; the fp32 rules below rest on those rows, and
-# every other fp32 problem keeps the library's kernels. Each rule names the rows it
-# rests on and the nearest rows it leaves on ours. Small layers (0.02-0.1 ms) differ by up to 10% between runs, so
-# rules resting on one or two rows near 1.0x are the least certain.
+# and MobileNetV3-Large's first and its 28x28x120 5x5 so far; the fp32 rules below rest
+# on those rows, and every other fp32 problem keeps the library's kernels. Each rule
+# names the rows it rests on and the nearest rows it leaves on ours. Small layers
+# (0.02-0.1 ms) differ by up to 10% between runs, so rules resting on one or two rows
+# near 1.0x are the least certain.
 XLA_RULES: tuple[XlaRule, ...] = (
     XlaRule(("dw",), lambda p: p.half and p.small_square and p.symmetric_padding and p.dilation == (1, 1)
             and (p.kh == 5 or p.h * p.w <= 28 * 28)

@@ -16,9 +16,10 @@ namespace {
 // an SM, per filter size. ptxas for sm_90, fp16/bf16 with and without the epilogue,
 // no spills: 3x3 at 8 outputs 120-128 registers (4 blocks), 5x5 at 4 outputs 152-167
 // (3 blocks; 195 uncapped, and the 128 of 4 blocks spilled 456 bytes). fp32 (one
-// channel a thread, half the filter and accumulator registers) takes the same shapes. 7x7 is not
-// built: its filter and accumulators fit only 2 outputs a thread, and an earlier
-// build took about 1.9 of the tensor-core kernel's time (docs/design-notes.md).
+// channel a thread, half the filter and accumulator registers) takes the same shapes:
+// 91-127 registers, no spills. 7x7 is not built: its filter and accumulators fit only
+// 2 outputs a thread, and an earlier build took about 1.9 of the tensor-core kernel's
+// time (docs/design-notes.md).
 template <int kK>
 struct RegFilterShape;
 template <>

@@ -157,7 +157,8 @@ FwdKernel plan_fwd_without_regfilter(const DwConvParams& p, bool half_precision,
   const PlanThresholds& t = kPlanThresholds;
   const int64_t min_kernel = t.fwd_wgmma_min_kernel;
   const bool wide = p.out_w >= t.fwd_wgmma_min_out_w || p.kernel_w >= t.fwd_wgmma_narrow_min_kernel;
-  if (p.kernel_h >= min_kernel && p.kernel_w >= min_kernel && wide && can_implement_fwd_wgmma(p, half_precision, device)) {
+  if (p.kernel_h >= min_kernel && p.kernel_w >= min_kernel && wide &&
+      can_implement_fwd_wgmma(p, half_precision, device)) {
     return FwdKernel::kWgmma;
   }
   return plan_fwd_without_wgmma(p, half_precision, device);

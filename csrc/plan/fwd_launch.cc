@@ -211,7 +211,7 @@ FwdLaunchPlan plan_fwd_launch(const DwConvParams& p, const FwdCall& call, const 
     kernel = plan_fwd_without_wgmma(p, call.half_precision, device);
   }
   if (kernel == FwdKernel::kRegFilter) {
-    // The register-filter kernel has no prologue and moves pairs of channels.
+    // The register-filter kernel has no prologue and moves 32-bit words of channels.
     if (!call.prologue && regfilter_aligned(call)) return regfilter_plan(p, call.half_precision, device);
     kernel = plan_fwd_without_regfilter(p, call.half_precision, device);
   }

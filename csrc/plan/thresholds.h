@@ -51,13 +51,15 @@ struct PlanThresholds {
   // (20%); not 96, 144 or 200 (33%, 33%, 28%). On the 13 registry layers this moved
   // (H100, bf16) it took 0.63-0.98 of the replaced kernels' time (EfficientNet-B0's
   // 14x14x672 5x5: 0.060 -> 0.038 ms) and ran 1.07-1.49x XLA (docs/design-notes.md).
+  // fp32 (one channel a lane, C a multiple of 4) takes the same limit on its words.
   int64_t fwd_regfilter_max_idle_lanes_pct = 25;
   // Forward, fp32 3x3 and 5x5: the register-filter kernel (one channel a lane) on maps
   // of at most this many output columns. The row-stream kernel, which takes fp32 there
   // otherwise, is bound by its small grid under 32 columns (34 us on a 7x7 map whatever
   // the filter), where the fp16/bf16 register-filter kernel took 0.38-0.63 of its time;
   // in fp32 MobileNetV2's 3x3 forward on 14x14 and 7x7 maps ran 0.65-0.87x XLA on it
-  // (H100, docs/performance.md). Wider fp32 maps keep the row-stream kernel (not timed
+  // and 1.00-1.48x on this kernel, 28x28x192 1.16x against 0.93x (H100, through JAX,
+  // docs/performance.md). Wider fp32 maps keep the row-stream kernel (not timed
   // against this one).
   int64_t fwd_regfilter_fp32_max_out_w = 31;
   // Filter-gradient, fp16/bf16: tensor cores from 9 taps across, on any map. Kernel
