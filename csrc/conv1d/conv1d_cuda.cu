@@ -70,11 +70,11 @@ dim3 grid_for(const Conv1dParams& p, int v, int64_t runs, int* threads, cudaErro
   return dim3(unsigned(blocks));
 }
 
-// Whether the plain forward fits its 3-D grid: runs and rows within gridDim.y and .z,
-// offsets inside a row within 32 bits.
-bool fwd_plain_fits_grid3(const Conv1dParams& p) {
-  const int64_t runs = (p.length + kFwdPlainRun - 1) / kFwdPlainRun;
-  return runs <= 65535 && p.batch <= 65535 && p.length * p.channels < (int64_t(1) << 31);
+// Whether a launch of `pieces` blocks along a row (gridDim.y) and one row a z-block fits
+// the 3-D grid: both within 65535, and offsets inside a row within 32 bits, as the
+// 3-D-grid kernels index them.
+bool fits_grid3(const Conv1dParams& p, int64_t pieces) {
+  return pieces <= 65535 && p.batch <= 65535 && p.length * p.channels < (int64_t(1) << 31);
 }
 
 // The plain forward at a compile-time activation: on the 3-D grid where it fits (in
@@ -83,7 +83,7 @@ bool fwd_plain_fits_grid3(const Conv1dParams& p) {
 template <typename T, int V, int KT>
 void fwd_plain(const Conv1dParams& p, const T* x, const T* w, const T* bias, T* y, dim3 grid, int threads,
                cudaStream_t stream) {
-  const bool grid3 = fwd_plain_fits_grid3(p);
+  const bool grid3 = fits_grid3(p, (p.length + kFwdPlainRun - 1) / kFwdPlainRun);
   const int64_t groups = (p.channels + V - 1) / V;
   const dim3 grid3_dims(unsigned((groups + threads - 1) / threads),
                         unsigned((p.length + kFwdPlainRun - 1) / kFwdPlainRun), unsigned(p.batch));
@@ -157,8 +157,7 @@ cudaError_t bwd_window(const Conv1dParams& p, const T* x, const T* w, const T* b
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
   const dim3 grid{unsigned(blocks)}, block{32, kBwdWarps};
 #define FLASHDWC_BWD_ARGS x, w, bias, seg, state, dy, dx, dstate, dw_part, db_part, p
-  const bool grid3 = !p.has_seg && p.state_len == 0 && p.chunks_per_row() <= 65535 && p.batch <= 65535 &&
-                     p.length * p.channels < (int64_t(1) << 31);
+  const bool grid3 = !p.has_seg && p.state_len == 0 && fits_grid3(p, p.chunks_per_row());
   if (grid3) {
     const dim3 grid3_dims(unsigned(channel_blocks), unsigned(p.chunks_per_row()), unsigned(p.batch));
     conv1d_bwd_window_split<T, V, KT, kBwdAhead, kBwdWarps, kBwdBlocks, false, true>
