@@ -164,10 +164,12 @@ def depthwise_conv1d_update(
       previous step (zeros for a new sequence).
     kernel: (K, 1, C) in x_t's dtype; bias, activation as in depthwise_conv1d.
     implementation: None or "flashdwc": one custom call that forms y_t and writes
-      the new state over the old one's buffer (its derivative is the jnp step's):
-      7.1 µs a step for 64 x 5120 bf16 channels, K = 4, against 9.4 µs for XLA's
-      fused jnp step (one H100, 128 steps decoded in one executable). "xla": the
-      jnp step. None takes the jnp step for float64, which the kernel lacks.
+      the new state over the old one's buffer (its derivative is the jnp step's).
+      For 64 x 5120 bf16 channels, K = 4, 128 steps decoded in one executable on
+      an H100, it took 7.1 µs a step against 9.4 µs for XLA's fused jnp step in
+      one run and 11.6-13.1 against 11.4 in two others: both near the chained
+      executable's per-step floor (docs/conv1d.md). "xla": the jnp step. None
+      takes the jnp step for float64, which the kernel lacks.
 
   Returns:
     (y_t (N, C), new_state (N, K - 1, C)): y_t equals the causal convolution's
