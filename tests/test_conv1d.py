@@ -746,3 +746,29 @@ def test_benchmark_keeps_and_resumes_its_csv(tmp_path, monkeypatch):
   for r in first:
     if key(r) not in dropped:
       assert again[key(r)]["ms"] == r["ms"], key(r)  # kept, not measured again
+
+
+def test_update_profile_sums_ncu_kernel_times(tmp_path, capsys):
+  """benchmarks/profile_conv1d_update.py adds Nsight Compute's kernel times over their
+  units (ncu writes ns or us, with thousands separators) and divides by the chain's steps."""
+  import importlib.util
+  import os
+
+  path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "profile_conv1d_update.py")
+  spec = importlib.util.spec_from_file_location("profile_conv1d_update", path)
+  profile = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(profile)
+  header = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
+            '"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
+  row = '"{i}","1","python3","h","{name}","1","7","(128,1,1)","(80,1,1)","0","9.0","m","gpu__time_duration.sum","{u}","{v}"'
+  lines = ["==PROF== Connected to process 1", header,
+           row.format(i=0, name="step_kernel", u="nsecond", v="2,500"),
+           row.format(i=1, name="step_kernel", u="usecond", v="1.5"),
+           row.format(i=2, name="copy_fusion", u="nsecond", v="800")]
+  csv_path = tmp_path / "ncu.csv"
+  csv_path.write_text("\n".join(lines) + "\n")
+  profile.main(["--summarize", str(csv_path)])
+  out = capsys.readouterr().out
+  steps = profile.STEPS * profile.CALLS
+  assert "2 launches       4.00 us" in out and "1 launches       0.80 us" in out
+  assert f"total 4.80 us over {steps} steps: {4.8 / steps:.3f} us a step" in out
