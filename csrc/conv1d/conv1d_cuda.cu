@@ -83,10 +83,10 @@ bool fits_grid3(const Conv1dParams& p, int64_t pieces) {
 template <typename T, int V, int KT>
 void fwd_plain(const Conv1dParams& p, const T* x, const T* w, const T* bias, T* y, dim3 grid, int threads,
                cudaStream_t stream) {
-  const bool grid3 = fits_grid3(p, (p.length + kFwdPlainRun - 1) / kFwdPlainRun);
+  const int64_t runs = (p.length + kFwdPlainRun - 1) / kFwdPlainRun;
+  const bool grid3 = fits_grid3(p, runs);
   const int64_t groups = (p.channels + V - 1) / V;
-  const dim3 grid3_dims(unsigned((groups + threads - 1) / threads),
-                        unsigned((p.length + kFwdPlainRun - 1) / kFwdPlainRun), unsigned(p.batch));
+  const dim3 grid3_dims(unsigned((groups + threads - 1) / threads), unsigned(runs), unsigned(p.batch));
 #define FLASHDWC_FWD_PLAIN(ACT)                                                                                     \
   if (grid3) {                                                                                                      \
     conv1d_fwd_plain_grid3<T, V, KT, kFwdPlainRun, kFwdPlainBlocks, ACT>                                            \

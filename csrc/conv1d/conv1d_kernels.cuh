@@ -286,7 +286,7 @@ __device__ __forceinline__ void fwd_plain_run(const T* __restrict__ x_row, const
 // (ncu, H100: 61% of the SM's issue against 38% of DRAM), and the 1-D grid's three
 // 64-bit divisions are software sequences of tens of instructions each against about
 // 750 others for a thread's 32 outputs. The launcher takes it where runs <= 65535,
-// rows <= 65535 and L x C < 2^31 (fwd_plain_fits_grid3).
+// rows <= 65535 and L x C < 2^31 (fits_grid3, conv1d/conv1d_cuda.cu).
 template <typename T, int V, int KT, int R, int MinBlocks, Activation Act>
 __global__ void __launch_bounds__(128, MinBlocks)
     conv1d_fwd_plain_grid3(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
