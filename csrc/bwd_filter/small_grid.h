@@ -24,7 +24,7 @@ constexpr int bwd_filter_small_stages(int copy_bytes) { return copy_bytes == 16 
 // Fewest m-steps a block's run owns. Every block ends with KH x KW x channels atomic
 // adds and re-reads (J - 1) x stride halo rows, so short runs pay both: at 24 steps
 // a 3x3 stride-1 run re-reads 8% of its x rows. Not yet measured.
-inline constexpr int64_t kBwdFilterSmallMinRunSteps = 24;
+inline constexpr int64_t kBwdFilterSmallMinRunSteps = 8;
 
 // Channels a thread holds: the kernel keeps KH x KW x width fp32 sums in registers,
 // 72 for fp16/bf16 3x3 (one 16-byte copy a group); 5x5 holds 4 channels (100 sums:
