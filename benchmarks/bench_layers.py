@@ -46,7 +46,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 from shapes import MODEL_LAYERS  # noqa: E402
 
-from jax_flashdwc import conv as conv_module, depthwise_conv2d  # noqa: E402
+from jax_flashdwc import _dilation, conv as conv_module, depthwise_conv2d  # noqa: E402
 from jax_flashdwc._geometry import make_geometry  # noqa: E402
 from jax_caches import use_caches  # noqa: E402
 from provenance import provenance  # noqa: E402
@@ -267,7 +267,7 @@ def main(argv=None):
       reroute(args.reroute)
     plot(args.plot or args.reroute)
     return 0
-  conv_module.SUBGRID_DILATION = args.dilation == "subgrid"
+  _dilation.ENABLED = args.dilation == "subgrid"
   use_caches(args.compilation_cache, args.xla_autotune_cache)
 
   prov = provenance()

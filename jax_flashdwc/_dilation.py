@@ -13,14 +13,49 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from . import _ffi
 from ._geometry import ConvGeometry
+
+# Dilated stride-1 problems run on the sub-grids (or, where the forward and input
+# gradient kernels read them in place, only their filter gradient does). Set to False
+# to time the direct kernels (benchmarks/bench_layers.py --dilation direct).
+ENABLED = True
+
+_HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
 
 
 def applies(geometry: ConvGeometry, prologue: bool) -> bool:
   """Whether a problem can run on sub-grids: dilated, stride 1, and no input prologue
   (the prologue's transform must see the padding as zeros after it, and here the
   padding becomes part of x)."""
-  return geometry.strides == (1, 1) and geometry.dilation != (1, 1) and not prologue
+  return ENABLED and geometry.strides == (1, 1) and geometry.dilation != (1, 1) and not prologue
+
+
+def _problem(batch, in_hw, out_hw, channels, kernel_hw, geometry: ConvGeometry) -> dict:
+  (pad_top, _), (pad_left, _) = geometry.padding
+  return dict(batch=batch, in_h=in_hw[0], in_w=in_hw[1], out_h=out_hw[0], out_w=out_hw[1], channels=channels,
+              kernel_h=kernel_hw[0], kernel_w=kernel_hw[1], stride_h=1, stride_w=1,
+              dilation_h=geometry.dilation[0], dilation_w=geometry.dilation[1], pad_top=pad_top, pad_left=pad_left)
+
+
+def in_place(x_shape, dtype, kernel_hw, geometry: ConvGeometry) -> bool:
+  """Whether the forward and the input gradient of a dilated stride-1 fp16/bf16 problem
+  (no prologue) run their kernel on the residue classes in place, with no sub-grid
+  copies: where the native plan gives both passes the register-filter kernel (3x3 and
+  5x5, fwd/regfilter.cuh), which addresses each residue class with row and column
+  pitches of d. The filter gradient still runs on sub-grids (dwconv_bwd_filter in
+  ops.py). fp32 keeps the sub-grids in every pass: in place was timed in fp16/bf16 only."""
+  if jnp.dtype(dtype) not in _HALF or not applies(geometry, prologue=False):
+    return False
+  n, h, w, c = x_shape
+  out_hw = geometry.output_hw((h, w), kernel_hw)
+  fwd = _problem(n, (h, w), out_hw, c, kernel_hw, geometry)
+  native = _ffi._jax_flashdwc
+  # No device limits: the register-filter choice reads none (it needs no dynamic shared
+  # memory), so the decision is the same on every device and at every trace. The input
+  # gradient's plan takes the problem as the forward's (in_* = dx, out_* = dy).
+  return (native.plan_fwd(fwd, half_precision=True, device={}) == "regfilter"
+          and native.plan_bwd_data(fwd, half_precision=True, device={}) == "forward:regfilter")
 
 
 def to_subgrids(x, geometry: ConvGeometry):
@@ -40,3 +75,17 @@ def from_subgrids(y_sub, geometry: ConvGeometry, batch: int, out_hw):
   (dh, dw), (_, hq, wq, c) = geometry.dilation, y_sub.shape
   y = y_sub.reshape(dh, dw, batch, hq, wq, c).transpose(2, 3, 0, 4, 1, 5).reshape(batch, hq * dh, wq * dw, c)
   return y[:, :out_hw[0], :out_hw[1], :]
+
+
+def to_subgrid_outputs(dy, geometry: ConvGeometry, input_hw, kernel_hw):
+  """(N, Ho, Wo, C) -> (dh * dw * N, Hq, Wq, C): an output-shaped array (a gradient of y)
+  in the layout of the sub-grid convolution's output, the inverse of from_subgrids;
+  the positions from_subgrids crops get zeros."""
+  n, out_h, out_w, c = dy.shape
+  (dh, dw), ((top, bottom), (left, right)) = geometry.dilation, geometry.padding
+  rows, cols = input_hw[0] + top + bottom, input_hw[1] + left + right
+  hq = -(-rows // dh) - kernel_hw[0] + 1
+  wq = -(-cols // dw) - kernel_hw[1] + 1
+  dyp = jnp.pad(dy, ((0, 0), (0, hq * dh - out_h), (0, wq * dw - out_w), (0, 0)))
+  sub = dyp.reshape(n, hq, dh, wq, dw, c).transpose(2, 4, 0, 1, 3, 5)
+  return sub.reshape(dh * dw * n, hq, wq, c)

@@ -29,13 +29,6 @@ TRANSPOSE_TALL_FILTERS = True
 _TALL_MIN_KERNEL_H = _ffi.plan_thresholds()["tall_filter_min_kernel_h"]
 _TALL_MAX_KERNEL_W = _ffi.plan_thresholds()["tall_filter_max_kernel_w"]
 
-# Dilated stride-1 problems run as undilated ones on the d_h x d_w interleaved
-# sub-grids of x (_dilation.py), on the fast stride-1 kernels of every pass, instead
-# of on the direct kernels. Set to False to time the direct path
-# (benchmarks/bench_layers.py --dilation direct).
-SUBGRID_DILATION = True
-
-
 def route_under_none(pass_name: str, x, kernel_hw, geometry: ConvGeometry, platform: str = "cuda") -> str:
   """What implementation=None runs for one pass of an unfused problem on `platform`,
   following depthwise_conv2d below: negative padding cropped, dead taps cut, then
@@ -48,7 +41,7 @@ def route_under_none(pass_name: str, x, kernel_hw, geometry: ConvGeometry, platf
   h, w = h - sum(crops[0]), w - sum(crops[1])
   (rows, cols), geometry = geometry.live_taps((h, w), kernel_hw)
   kernel_hw = (rows[1] - rows[0] + 1, cols[1] - cols[0] + 1)
-  if SUBGRID_DILATION and _dilation.applies(geometry, prologue=False):
+  if _dilation.applies(geometry, prologue=False):
     return "flashdwc"
   if _runs_transposed(x.dtype, kernel_hw, geometry):
     h, w, kernel_hw, geometry = w, h, kernel_hw[::-1], geometry.transposed()
@@ -256,7 +249,12 @@ def depthwise_conv2d(
     # Taps that only ever fall in the padding (_geometry.live_taps): cut, with their padding.
     kernel = kernel[rows[0]:rows[1] + 1, cols[0]:cols[1] + 1]
   restore = lambda y: y
-  if SUBGRID_DILATION and _dilation.applies(geometry, prologue):
+  if _dilation.in_place(x.shape, x.dtype, kernel.shape[:2], geometry) and not prologue:
+    # The forward and the input gradient read the residue classes in place; the filter
+    # gradient rearranges x and dy into sub-grids itself (ops.dwconv_bwd_filter). Not
+    # routed, as the sub-grid passes below.
+    routed = False
+  elif _dilation.applies(geometry, prologue):
     # Bias and activation are per channel and elementwise, so they commute with the
     # rearrangement.
     batch, out_hw = x.shape[0], geometry.output_hw(x.shape[1:3], kernel.shape[:2])

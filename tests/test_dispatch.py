@@ -250,21 +250,21 @@ REGISTRY_PLANS = {
     "unireplknet_t/13x13_28x28x160": ('mma', 'gemv', 'forward:mma', 'mma', 'split'),
     "unireplknet_t/branch_5x5_d1_28x28x160": ('regfilter', 'regfilter', 'forward:regfilter', 'small', 'small'),
     "unireplknet_t/branch_7x7_d2_28x28x160": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
-    "unireplknet_t/branch_3x3_d3_28x28x160": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
-    "unireplknet_t/branch_3x3_d4_28x28x160": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
-    "unireplknet_t/branch_3x3_d5_28x28x160": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
+    "unireplknet_t/branch_3x3_d3_28x28x160": ('regfilter', 'regfilter', 'forward:regfilter', 'direct', 'direct'),
+    "unireplknet_t/branch_3x3_d4_28x28x160": ('regfilter', 'regfilter', 'forward:regfilter', 'direct', 'direct'),
+    "unireplknet_t/branch_3x3_d5_28x28x160": ('regfilter', 'regfilter', 'forward:regfilter', 'direct', 'direct'),
     "unireplknet_t/13x13_14x14x320": ('mma', 'gemv', 'forward:mma', 'mma', 'split'),
     "unireplknet_t/branch_5x5_d1_14x14x320": ('regfilter', 'regfilter', 'forward:regfilter', 'small', 'small'),
     "unireplknet_t/branch_7x7_d2_14x14x320": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
-    "unireplknet_t/branch_3x3_d3_14x14x320": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
-    "unireplknet_t/branch_3x3_d4_14x14x320": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
-    "unireplknet_t/branch_3x3_d5_14x14x320": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
+    "unireplknet_t/branch_3x3_d3_14x14x320": ('regfilter', 'regfilter', 'forward:regfilter', 'direct', 'direct'),
+    "unireplknet_t/branch_3x3_d4_14x14x320": ('regfilter', 'regfilter', 'forward:regfilter', 'direct', 'direct'),
+    "unireplknet_t/branch_3x3_d5_14x14x320": ('regfilter', 'regfilter', 'forward:regfilter', 'direct', 'direct'),
     "unireplknet_t/13x13_7x7x640": ('mma', 'gemv', 'forward:mma', 'mma', 'split'),
     "unireplknet_t/branch_5x5_d1_7x7x640": ('regfilter', 'regfilter', 'forward:regfilter', 'small', 'small'),
     "unireplknet_t/branch_7x7_d2_7x7x640": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
-    "unireplknet_t/branch_3x3_d3_7x7x640": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
-    "unireplknet_t/branch_3x3_d4_7x7x640": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
-    "unireplknet_t/branch_3x3_d5_7x7x640": ('direct', 'direct', 'forward:direct', 'direct', 'direct'),
+    "unireplknet_t/branch_3x3_d3_7x7x640": ('regfilter', 'regfilter', 'forward:regfilter', 'direct', 'direct'),
+    "unireplknet_t/branch_3x3_d4_7x7x640": ('regfilter', 'regfilter', 'forward:regfilter', 'direct', 'direct'),
+    "unireplknet_t/branch_3x3_d5_7x7x640": ('regfilter', 'regfilter', 'forward:regfilter', 'direct', 'direct'),
     "inceptionnext_t/square_3x3_56x56x12": ('gemv', 'rowstream', 'forward:gemv', 'split', 'small'),
     "inceptionnext_t/band_1x11_56x56x12": ('mma', 'gemv', 'forward:mma', 'mma', 'split'),
     "inceptionnext_t/band_11x1_56x56x12": ('gemv', 'gemv', 'forward:gemv', 'split', 'split'),
@@ -433,6 +433,20 @@ def test_regfilter_lane_layout_model():
   # C = 160 and 56 in fp16/bf16 (80 and 28 words), C = 36 in fp32 (36 words).
   assert model.check(80, 10) == [] and model.check(28, 8) == [] and model.check(36, 10) == []
   assert model.main() == 0
+
+
+def test_regfilter_dilation_walk_model():
+  """The register-filter kernel's walk over residue classes in place, modelled on the CPU
+  with the plan's own grid (tests/cuda/fwd_regfilter_dilation_model.py): every output
+  written once and equal to a direct dilated convolution, every read inside the image."""
+  import importlib.util
+  import os
+
+  path = os.path.join(os.path.dirname(__file__), "cuda", "fwd_regfilter_dilation_model.py")
+  spec = importlib.util.spec_from_file_location("fwd_regfilter_dilation_model", path)
+  model = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(model)
+  assert model.check(_native.plan_fwd_launch) == []
 
 
 def _launch(plan):

@@ -15,7 +15,7 @@ import pytest
 from numerics import fresh_seed, oracle, pair, uniform
 from shapes import ConvCase
 
-from jax_flashdwc import _dilation, _ffi, conv as conv_module, depthwise_conv2d
+from jax_flashdwc import _dilation, _ffi, depthwise_conv2d
 from jax_flashdwc._geometry import make_geometry
 
 CASES = [
@@ -33,7 +33,8 @@ def _tensor_core_reach(case, dtype, device):
   """How many columns beyond the oracle's a non-finite input may reach: 0 where the
   forward is exact, 15 on the fp16/bf16 tensor-core kernel, 15 x the dilation where a
   dilated stride-1 problem runs that kernel on its sub-grids (jax_flashdwc/_dilation.py,
-  whose columns are `dilation` image columns apart)."""
+  whose columns are `dilation` image columns apart); 0 where it runs in place (the
+  CUDA-core register-filter kernel)."""
   if device.platform != "gpu" or dtype == jnp.float32:
     return 0
   sh, sw = pair(case.strides)
@@ -41,7 +42,8 @@ def _tensor_core_reach(case, dtype, device):
   x_spec = jax.ShapeDtypeStruct(case.x_shape, dtype)
   geometry = make_geometry(x_spec, jax.ShapeDtypeStruct(case.kernel_shape, dtype), case.strides, case.padding,
                            case.dilation)
-  if conv_module.SUBGRID_DILATION and _dilation.applies(geometry, prologue=False):
+  in_place = _dilation.in_place(case.x_shape, dtype, (case.kh, case.kw), geometry)
+  if _dilation.applies(geometry, prologue=False) and not in_place:
     # The undilated problem on the sub-grids _dilation.py makes, `dw` image columns apart.
     sub = jax.eval_shape(lambda x: _dilation.to_subgrids(x, geometry)[0], x_spec)
     in_w, reach, dh, dw = sub.shape[2], 15 * dw, 1, 1

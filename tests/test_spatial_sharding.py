@@ -17,7 +17,7 @@ import pytest
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from jax_flashdwc import conv as conv_module
+from jax_flashdwc import _dilation
 from jax_flashdwc import depthwise_conv2d
 from jax_flashdwc._geometry import make_geometry
 from numerics import fresh_seed
@@ -147,7 +147,7 @@ def _check_traffic(hlo, what, filter_elements, halo_bytes):
 @pytest.mark.parametrize("layout", list(MESHES))
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_spatial_sharding_exchanges_halos_only(case, layout, devices, monkeypatch):
-  monkeypatch.setattr(conv_module, "SUBGRID_DILATION", False)
+  monkeypatch.setattr(_dilation, "ENABLED", False)
   mesh, spec = _mesh(devices, layout)
   seed = fresh_seed()
   rng = np.random.default_rng(seed)

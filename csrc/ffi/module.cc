@@ -97,7 +97,13 @@ nb::dict fwd_launch_dict(const flashdwc::FwdLaunchPlan& plan) {
     case flashdwc::FwdKernel::kGemv: d["rows_per_stage"] = plan.gemv.rows_per_stage; break;
     case flashdwc::FwdKernel::kRowStream: d["rows_per_block"] = plan.rowstream.rows_per_block; break;
     case flashdwc::FwdKernel::kStride2: d["rows_per_thread"] = plan.stride2.rows_per_thread; break;
-    case flashdwc::FwdKernel::kRegFilter: d["rows_per_block"] = plan.regfilter.rows_per_block; break;
+    case flashdwc::FwdKernel::kRegFilter:
+      d["rows_per_block"] = plan.regfilter.rows_per_block;
+      d["row_blocks"] = plan.regfilter.row_blocks;
+      d["strips"] = plan.regfilter.strips;
+      d["columns"] = plan.regfilter.columns;
+      d["lane_words"] = plan.regfilter.lane_words;
+      break;
     case flashdwc::FwdKernel::kMma:
       d["split"] = plan.mma.split;
       d["tiles_per_block"] = plan.mma.tiles_per_block;

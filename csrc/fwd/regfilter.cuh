@@ -41,6 +41,10 @@
 // inside or wholly outside the pixel), compute on the zeros the ring then holds, and
 // store nothing.
 //
+// Dilation. A thread's residue class of rows and columns (RegFilterGrid) is an undilated
+// image read in place: input rows and window columns d apart, outputs stored d apart.
+// At d = 1 the pitches are one row and one pixel, and the walk is the undilated one.
+//
 // Padding. Input rows outside the image are skipped (no loads, no FMAs): the row
 // range is the same for every thread of a block, so the branch is uniform. Columns
 // outside the image are skipped too, not multiplied as zeros, as in the other
@@ -138,18 +142,25 @@ template <typename T, int kK, int kTW, bool kEpilogue, bool kEdge>
 __device__ __forceinline__ void walk_rows(const uint32_t* __restrict__ x, uint32_t* __restrict__ y, uint32_t* ring,
                                           const WordValue<T> (&wf)[kK][kK], const DwConvParams& p,
                                           const RegFilterGrid& g, int64_t x_offset, int64_t y_offset,
-                                          int64_t ih_first, int rows, unsigned col_ok, bool copy_ok,
-                                          int out_cols, WordValue<T> bias, const FwdEpilogue& epilogue) {
+                                          int64_t ih_first, int rows, int64_t col_step, unsigned col_ok,
+                                          bool copy_ok, int out_cols, WordValue<T> bias,
+                                          const FwdEpilogue& epilogue) {
   using Tr = RegFilterTraits;
   using V = WordValue<T>;
   constexpr int kWin = kTW + kK - 1;
   constexpr int kSlotWords = kWin * Tr::kThreads;
-  const int64_t x_row = p.in_w * g.words;   // words between input rows
-  const int64_t y_row = p.out_w * g.words;  // and output rows
-  const int total = rows + kK - 1;          // input rows the block reads
-  // Rows [j_lo, j_hi) are inside the image (32-bit tests a row, not 64-bit).
-  const int j_lo = int(min(max(-ih_first, int64_t(0)), int64_t(total)));
-  const int j_hi = int(max(min(p.in_h - ih_first, int64_t(total)), int64_t(j_lo)));
+  // Words between the residue's input rows and output rows (dilation_h image rows);
+  // col_step: between its window columns and outputs (dilation_w pixels).
+  const int64_t x_row = p.dilation_h * p.in_w * g.words;
+  const int64_t y_row = p.dilation_h * p.out_w * g.words;
+  const int total = rows + kK - 1;  // input rows the block reads
+  // Rows [j_lo, j_hi) are inside the image (32-bit tests a row, not 64-bit): row j is
+  // image row ih_first + dilation_h * j.
+  const int64_t dh = p.dilation_h;
+  const int64_t below = ih_first < 0 ? (-ih_first + dh - 1) / dh : 0;
+  const int64_t above = p.in_h > ih_first ? (p.in_h - ih_first + dh - 1) / dh : 0;
+  const int j_lo = int(min(below, int64_t(total)));
+  const int j_hi = int(max(min(above, int64_t(total)), int64_t(j_lo)));
   auto row_inside = [&](int j) { return j >= j_lo && j < j_hi; };
   // The warp's window of a row is kWin runs of 32 words (128 bytes), one a column; lane
   // l copies 16 bytes of column 4i + l / 8 in copy i, where copying its own kWin words
@@ -158,7 +169,7 @@ __device__ __forceinline__ void walk_rows(const uint32_t* __restrict__ x, uint32
   constexpr int kCopies = (kWin + 3) / 4;
   const int lane = int(threadIdx.x % 32);
   const int copy_col = lane / 8;
-  const int64_t copy_src = copy_col * g.words + 4 * (lane % 8) - lane;
+  const int64_t copy_src = copy_col * col_step + 4 * (lane % 8) - lane;
   const int copy_dst = copy_col * Tr::kThreads + 4 * (lane % 8) - lane;
   // Row j's copy source, carried: issue_row runs once a row, in order.
   const uint32_t* next_src = x + x_offset + copy_src;
@@ -172,7 +183,7 @@ __device__ __forceinline__ void walk_rows(const uint32_t* __restrict__ x, uint32
       for (int i = 0; i < kCopies; ++i) {
         const int c = 4 * i + copy_col;
         const bool ok = copy_ok && (!kEdge || ((col_ok >> c) & 1u));
-        if (c < kWin) cp_async<16>(dst + 4 * i * Tr::kThreads, ok ? src + 4 * i * g.words : x, ok);
+        if (c < kWin) cp_async<16>(dst + 4 * i * Tr::kThreads, ok ? src + 4 * i * col_step : x, ok);
       }
     }
     cp_async_commit();
@@ -239,7 +250,7 @@ __device__ __forceinline__ void walk_rows(const uint32_t* __restrict__ x, uint32
       if (j >= kK - 1) {
         uint32_t* dst = out_row;
 #pragma unroll
-        for (int t = 0; t < kTW; ++t, dst += g.words) {
+        for (int t = 0; t < kTW; ++t, dst += col_step) {
           if (t >= out_cols) break;
           V r = acc[(u + 1) % kK][t];
           if constexpr (kEpilogue) r = apply_epilogue(epilogue.activation, r, bias);
@@ -280,9 +291,20 @@ dwconv_fwd_regfilter_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w
   // chunk, 4 words at 4 * (lane % 8): inside the pixel, or wholly past it.
   const bool copy_ok = lane_word - int64_t(threadIdx.x % 32) + 4 * int64_t(threadIdx.x % 8) < g.words;
   const int64_t strip = rest % g.strips;
-  const int64_t n = rest / g.strips;
-  const int64_t oh_begin = int64_t(blockIdx.y) * g.rows_per_block;
-  const int rows = int(min(g.rows_per_block, p.out_h - oh_begin));
+  const int64_t rw = rest / g.strips % p.dilation_w;  // column residue
+  const int64_t n = rest / g.strips / p.dilation_w;
+  const int64_t rh = blockIdx.y / g.row_blocks;  // row residue
+  // The residue's rows are d_h q + r_h < out_h, q in [q_begin, q_begin + rows); a row
+  // block past a short residue's last row has none (the whole block returns).
+  const int64_t q_begin = int64_t(blockIdx.y % g.row_blocks) * g.rows_per_block;
+  const int64_t residue_rows = (p.out_h - rh + p.dilation_h - 1) / p.dilation_h;
+  const int rows = int(min(g.rows_per_block, residue_rows - q_begin));
+  if (rows <= 0) return;
+  // Likewise the residue's columns d_w s + r_w < out_w; a strip past them is a whole
+  // warp's (a warp's lanes are one pixel's words), which returns.
+  const int64_t residue_cols = (p.out_w - rw + p.dilation_w - 1) / p.dilation_w;
+  const int64_t s0 = strip * kTW;
+  if (s0 >= residue_cols) return;
 
   using V = regfilter::WordValue<T>;
   V wf[kK][kK];
@@ -297,13 +319,18 @@ dwconv_fwd_regfilter_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w
     bias = regfilter::unpack<T>(__ldg(static_cast<const uint32_t*>(epilogue.bias) + word));
   }
 
-  const int64_t ow0 = strip * kTW;
+  // Output column ow0 and window column c's image column iw0 + d_w c.
+  const int64_t ow0 = p.dilation_w * s0 + rw;
   const int64_t iw0 = ow0 - p.pad_left;
   unsigned col_ok = 0;
 #pragma unroll
-  for (int c = 0; c < kWin; ++c) col_ok |= (iw0 + c >= 0 && iw0 + c < p.in_w ? 1u : 0u) << c;
-  // Outputs of this strip inside the map; none stored by a padding lane.
-  const int out_cols = active ? int(min(int64_t(kTW), p.out_w - ow0)) : 0;
+  for (int c = 0; c < kWin; ++c) {
+    const int64_t iw = iw0 + p.dilation_w * c;
+    col_ok |= (iw >= 0 && iw < p.in_w ? 1u : 0u) << c;
+  }
+  // Outputs of this strip inside the residue; none stored by a padding lane.
+  const int out_cols = active ? int(min(int64_t(kTW), residue_cols - s0)) : 0;
+  const int64_t oh_begin = p.dilation_h * q_begin + rh;
   const int64_t ih_first = oh_begin - p.pad_top;
   // Word offsets of input row ih_first's window column 0 and of output row oh_begin's
   // column ow0; only in-image words are read, so iw0 < 0 is harmless.
@@ -311,15 +338,16 @@ dwconv_fwd_regfilter_kernel(const T* __restrict__ x_ptr, const T* __restrict__ w
   // word (lane_word - lane), and a padding lane may copy a chunk inside the pixel.
   const int64_t x_offset = ((n * p.in_h + ih_first) * p.in_w + iw0) * g.words + lane_word;
   const int64_t y_offset = ((n * p.out_h + oh_begin) * p.out_w + ow0) * g.words + word;
+  const int64_t col_step = p.dilation_w * g.words;
   constexpr unsigned kAllColumns = (1u << kWin) - 1;
   if (col_ok == kAllColumns) {
     regfilter::walk_rows<T, kK, kTW, kEpilogue, false>(x, y, ring_words + threadIdx.x, wf, p, g, x_offset,
-                                                       y_offset, ih_first, rows, col_ok, copy_ok, out_cols, bias,
-                                                       epilogue);
+                                                       y_offset, ih_first, rows, col_step, col_ok, copy_ok,
+                                                       out_cols, bias, epilogue);
   } else {
     regfilter::walk_rows<T, kK, kTW, kEpilogue, true>(x, y, ring_words + threadIdx.x, wf, p, g, x_offset,
-                                                      y_offset, ih_first, rows, col_ok, copy_ok, out_cols, bias,
-                                                      epilogue);
+                                                      y_offset, ih_first, rows, col_step, col_ok, copy_ok,
+                                                      out_cols, bias, epilogue);
   }
 }
 

@@ -53,10 +53,17 @@ inline int64_t fwd_regfilter_words(int64_t channels, bool half_precision) {
 inline int64_t fwd_regfilter_lane_words(int64_t channels, bool half_precision) {
   return (fwd_regfilter_words(channels, half_precision) + 31) / 32 * 32;
 }
-// Threads along one row block of the register-filter grid.
-inline int64_t fwd_regfilter_threads_per_row_block(const DwConvParams& p, bool half_precision) {
+// Strips of the register-filter grid along one column residue (all of out_w at
+// dilation 1): the residue's ceil(out_w / dilation_w) columns in strips of kTW.
+inline int64_t fwd_regfilter_strips(const DwConvParams& p) {
   const int64_t tw = fwd_regfilter_outputs_per_thread(p.kernel_w);
-  return p.batch * ((p.out_w + tw - 1) / tw) * fwd_regfilter_lane_words(p.channels, half_precision);
+  const int64_t residue_cols = (p.out_w + p.dilation_w - 1) / p.dilation_w;
+  return (residue_cols + tw - 1) / tw;
+}
+// Threads along one row block of the register-filter grid: every image, column
+// residue, strip and word.
+inline int64_t fwd_regfilter_threads_per_row_block(const DwConvParams& p, bool half_precision) {
+  return p.batch * p.dilation_w * fwd_regfilter_strips(p) * fwd_regfilter_lane_words(p.channels, half_precision);
 }
 
 // Whether each kernel can run the problem's geometry (the launch may also need aligned

@@ -139,17 +139,23 @@ FwdLaunchPlan regfilter_plan(const DwConvParams& p, bool half_precision, const D
   RegFilterGrid& g = plan.regfilter;
   g.words = fwd_regfilter_words(p.channels, half_precision);
   g.lane_words = fwd_regfilter_lane_words(p.channels, half_precision);
-  g.strips = (p.out_w + tw - 1) / tw;
+  g.strips = fwd_regfilter_strips(p);
   g.columns = fwd_regfilter_threads_per_row_block(p, half_precision);
-  // One row block per column of threads unless that leaves under two waves of resident
-  // threads, then more, of at least kRegFilterMinRowsPerBlock rows.
+  // One row block per column of threads and row residue unless that leaves under two
+  // waves of resident threads, then more, of at least kRegFilterMinRowsPerBlock rows
+  // of a residue (rows d_h apart at dilation d_h; its longest residue has
+  // ceil(out_h / d_h) rows).
+  const int64_t residue_rows = (p.out_h + p.dilation_h - 1) / p.dilation_h;
   const int64_t resident =
       std::max<int64_t>(device.sms, 1) * fwd_regfilter_min_blocks(p.kernel_w) * kFwdRegFilterThreads;
-  const int64_t max_row_blocks = std::max<int64_t>(p.out_h / kRegFilterMinRowsPerBlock, 1);
-  const int64_t wanted = std::clamp<int64_t>((2 * resident + g.columns - 1) / g.columns, 1, max_row_blocks);
-  g.rows_per_block = (p.out_h + wanted - 1) / wanted;
+  const int64_t max_row_blocks = std::max<int64_t>(residue_rows / kRegFilterMinRowsPerBlock, 1);
+  const int64_t threads_a_block_row = g.columns * p.dilation_h;
+  const int64_t wanted =
+      std::clamp<int64_t>((2 * resident + threads_a_block_row - 1) / threads_a_block_row, 1, max_row_blocks);
+  g.rows_per_block = (residue_rows + wanted - 1) / wanted;
+  g.row_blocks = (residue_rows + g.rows_per_block - 1) / g.rows_per_block;
   plan.launch.grid.x = (g.columns + kFwdRegFilterThreads - 1) / kFwdRegFilterThreads;
-  plan.launch.grid.y = (p.out_h + g.rows_per_block - 1) / g.rows_per_block;
+  plan.launch.grid.y = p.dilation_h * g.row_blocks;
   plan.launch.block.x = kFwdRegFilterThreads;
   return plan;
 }
