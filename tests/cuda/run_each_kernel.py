@@ -36,6 +36,8 @@ CASES = [
     (2, 13, 29, 72, 4, 4, 1, 1, jnp.bfloat16),    # half GEMV, 64-channel blocks, 16-byte loads; split bwd_filter
     (2, 13, 29, 100, 5, 5, 2, 1, jnp.float16),    # half GEMV stride 2, scalar (C % 8 != 0); phase bwd_data at 5x5
     (2, 13, 15, 24, 3, 3, 2, 1, jnp.bfloat16),    # phase bwd_data at 3x3 (8 channels a thread), odd map
+    (2, 19, 23, 64, 3, 3, 1, 3, jnp.bfloat16),    # register-filter fwd and bwd_data on residue classes in place
+    (1, 13, 29, 56, 5, 5, 1, (2, 3), jnp.float16),  # the same at 5x5, unequal dilations, 28 of 32 lanes
 ]
 
 
