@@ -165,11 +165,11 @@ def depthwise_conv1d_update(
     kernel: (K, 1, C) in x_t's dtype; bias, activation as in depthwise_conv1d.
     implementation: None or "flashdwc": one custom call that forms y_t and writes
       the new state over the old one's buffer (its derivative is the jnp step's).
-      For 64 x 5120 bf16 channels, K = 4, 128 steps decoded in one executable on
-      an H100, it took 7.1 µs a step against 9.4 µs for XLA's fused jnp step in
-      one run and 11.6-13.1 against 11.4 in two others: both near the chained
-      executable's per-step floor (docs/conv1d.md). "xla": the jnp step. None
-      takes the jnp step for float64, which the kernel lacks.
+      For 64 x 5120 bf16 channels, K = 4, on an H100 the kernel takes 4.6 µs a
+      step against 10.9-12.8 µs for the two fusions of XLA's jnp step (Nsight
+      Compute kernel times; a chain of 128 steps in one executable ran 7.1-13.1
+      µs a step on both sides, its per-step floor: docs/conv1d.md). "xla": the
+      jnp step. None takes the jnp step for float64, which the kernel lacks.
 
   Returns:
     (y_t (N, C), new_state (N, K - 1, C)): y_t equals the causal convolution's
