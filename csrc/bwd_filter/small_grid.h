@@ -22,8 +22,12 @@ inline constexpr int kBwdFilterSmallMaxGroups = 32;
 // about 3.35 TB/s x 0.7 us / 132 SMs = 18 KB).
 constexpr int bwd_filter_small_stages(int copy_bytes) { return copy_bytes == 16 ? 4 : 6; }
 // Fewest m-steps a block's run owns. Every block ends with KH x KW x channels atomic
-// adds and re-reads (J - 1) x stride halo rows, so short runs pay both: at 24 steps
-// a 3x3 stride-1 run re-reads 8% of its x rows. Not yet measured.
+// adds and re-reads (J - 1) x stride halo rows, so short runs pay both; too long a
+// floor leaves small maps few blocks. Kernel harness (H100, bf16,
+// benchmarks/cuda/time_bwd_filter_small.cu): against 24, a floor of 8 took 0.58-0.85
+// of the time on the registry layers that had launched under about 250 blocks
+// (InceptionNeXt-T's 7x7x96 3x3: 24 -> 72 blocks, 0.0185 -> 0.0114 ms) and the same on
+// those at 374-396; 6 and 4 were no better overall (docs/design-notes.md).
 inline constexpr int64_t kBwdFilterSmallMinRunSteps = 8;
 
 // Channels a thread holds: the kernel keeps KH x KW x width fp32 sums in registers,
