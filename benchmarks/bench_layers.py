@@ -257,7 +257,8 @@ def main(argv=None):
                            "where DIR holds them, written where not; carried to the next call, they spare "
                            "XLA's timing of every conv algorithm again")
   parser.add_argument("--dilation", choices=["subgrid", "direct"], default="subgrid",
-                      help="dilated stride-1 problems on sub-grids (the library's default) or the direct kernels")
+                      help="dilated stride-1 problems as the library runs them (sub-grids, or residue classes in "
+                           "place on the register-filter kernel) or on the direct kernels")
   parser.add_argument("--plot", default=None, metavar="CSV", help="only draw CSV's plot")
   parser.add_argument("--reroute", default=None, metavar="CSV",
                       help="only refill CSV's route and auto_speedup columns from routing.py")

@@ -6,7 +6,9 @@ the d_h x d_w residues of the (padded) input into the batch turns the problem in
 VALID, undilated, stride-1 convolution over d_h * d_w * N smaller images, which the
 fast stride-1 kernels run in all three passes (the gradients of the rearrangement
 are rearrangements too). The cost is a copy of x into the sub-grid layout and one of
-y back, both memory passes.
+y back, both memory passes. Where the register-filter kernel runs the forward and the
+input gradient (3x3 and 5x5 in fp16/bf16, `in_place`), it reads the residue classes
+where they lie instead, and only the filter gradient rearranges.
 """
 
 from __future__ import annotations

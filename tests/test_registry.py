@@ -174,4 +174,7 @@ def test_dilated_problems_on_subgrids_are_not_routed():
 
   assert routed_flags(1) == [True]
   assert routed_flags(2) == [False]
+  # 64 channels: the forward reads the residue classes in place (_dilation.in_place), also unrouted.
+  x, w = jnp.ones((2, 9, 9, 64), jnp.bfloat16), jnp.ones((3, 3, 1, 64), jnp.bfloat16)
+  assert routed_flags(2) == [False]
 
