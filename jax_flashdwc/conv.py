@@ -29,6 +29,7 @@ TRANSPOSE_TALL_FILTERS = True
 _TALL_MIN_KERNEL_H = _ffi.plan_thresholds()["tall_filter_min_kernel_h"]
 _TALL_MAX_KERNEL_W = _ffi.plan_thresholds()["tall_filter_max_kernel_w"]
 
+
 def route_under_none(pass_name: str, x, kernel_hw, geometry: ConvGeometry, platform: str = "cuda") -> str:
   """What implementation=None runs for one pass of an unfused problem on `platform`,
   following depthwise_conv2d below: negative padding cropped, dead taps cut, then
