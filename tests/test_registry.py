@@ -146,6 +146,35 @@ def test_flashdwc_never_routes_and_cpu_never_routes(pass_name):
       assert "flashdwc_" in text and "convolution" not in text, (pass_name, case.name, implementation)
 
 
+@pytest.mark.parametrize("pass_name", routing.PASSES)
+def test_dilated_in_place_lowers_to_custom_calls_only(pass_name):
+  """A dilated 3x3 or 5x5 bf16 problem whose forward and input gradient read the residue
+  classes in place (and whose filter gradient rearranges into sub-grids) lowers, under
+  implementation="flashdwc" and None, to this library's custom calls and no XLA conv."""
+  from jax_flashdwc import _dilation
+
+  cpu = jax.devices("cpu")[0]
+  cases = [ConvCase("d3_k3", 2, 28, 28, 160, 3, 3, dilation=3),
+           ConvCase("d2x3_k5_onesided", 1, 13, 29, 56, 5, 5, padding=((0, 8), (12, 0)), dilation=(2, 3))]
+  for case in cases:
+    x = jax.ShapeDtypeStruct(case.x_shape, jnp.bfloat16)
+    w = jax.ShapeDtypeStruct(case.kernel_shape, jnp.bfloat16)
+    geometry = make_geometry(x, w, case.strides, case.padding, case.dilation)
+    assert _dilation.in_place(case.x_shape, x.dtype, (case.kh, case.kw), geometry), case.name
+    for implementation in ("flashdwc", None):
+      conv = lambda x, w: depthwise_conv2d(x, w, implementation=implementation, **case.conv_kwargs())
+      y = jax.eval_shape(conv, x, w)
+      if pass_name == "fwd":
+        f, args = conv, (x, w)
+      elif pass_name == "dx":
+        f, args = (lambda dy, w: jax.linear_transpose(lambda x_: conv(x_, w), x)(dy)[0]), (y, w)
+      else:
+        f, args = (lambda x_, dy: jax.linear_transpose(lambda w_: conv(x_, w_), w)(dy)[0]), (x, y)
+      with jax.default_device(cpu):
+        text = jax.jit(f).lower(*args).as_text()
+      assert "flashdwc_" in text and "convolution" not in text, (pass_name, case.name, implementation)
+
+
 def test_routing_rule_is_consulted_on_the_gpu(monkeypatch, device):
   """A rule that sends every pass to XLA makes implementation=None lower to XLA's conv
   on the GPU, and leaves implementation="flashdwc" on the library's kernels."""
