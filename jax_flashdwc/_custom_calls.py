@@ -80,7 +80,7 @@ def _bwd_filter_cuda_lowering(ctx, x, dy, *, geometry, kernel_hw, deterministic)
   return [dw]
 
 
-def _problem(geometry, x_shape, out_hw, kernel_hw) -> dict[str, int]:
+def plan_problem(geometry, x_shape, out_hw, kernel_hw) -> dict[str, int]:
   """The DwConvParams fields of a problem (csrc/common/params.h) for the plan's queries."""
   attribute = geometry.ffi_attribute()
   return {"batch": x_shape[0], "in_h": x_shape[1], "in_w": x_shape[2], "out_h": out_hw[0], "out_w": out_hw[1],
@@ -108,13 +108,13 @@ def _with_workspace(target, workspace_bytes):
 def _fwd_workspace_bytes(ctx, *, geometry, prologue=False, **_params):
   x_aval, w_aval = ctx.avals_in[:2]
   (y_aval,) = ctx.avals_out
-  problem = _problem(geometry, x_aval.shape, y_aval.shape[1:3], w_aval.shape[:2])
+  problem = plan_problem(geometry, x_aval.shape, y_aval.shape[1:3], w_aval.shape[:2])
   return _ffi.fwd_workspace_bytes(problem, half_precision=x_aval.dtype != jnp.float32, prologue=bool(prologue))
 
 
 def _bwd_data_workspace_bytes(ctx, *, geometry, input_hw, **_params):
   dy_aval, w_aval = ctx.avals_in
-  problem = _problem(geometry, (dy_aval.shape[0], *input_hw, dy_aval.shape[3]), dy_aval.shape[1:3],
+  problem = plan_problem(geometry, (dy_aval.shape[0], *input_hw, dy_aval.shape[3]), dy_aval.shape[1:3],
                      w_aval.shape[:2])
   return _ffi.bwd_data_workspace_bytes(problem, half_precision=dy_aval.dtype != jnp.float32)
 

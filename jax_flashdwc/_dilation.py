@@ -16,6 +16,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from . import _ffi
+from ._custom_calls import plan_problem
 from ._geometry import ConvGeometry
 
 # Dilated stride-1 problems run on the sub-grids (or, where the forward and input
@@ -33,13 +34,6 @@ def applies(geometry: ConvGeometry, prologue: bool) -> bool:
   return ENABLED and geometry.strides == (1, 1) and geometry.dilation != (1, 1) and not prologue
 
 
-def _problem(batch, in_hw, out_hw, channels, kernel_hw, geometry: ConvGeometry) -> dict:
-  (pad_top, _), (pad_left, _) = geometry.padding
-  return dict(batch=batch, in_h=in_hw[0], in_w=in_hw[1], out_h=out_hw[0], out_w=out_hw[1], channels=channels,
-              kernel_h=kernel_hw[0], kernel_w=kernel_hw[1], stride_h=1, stride_w=1,
-              dilation_h=geometry.dilation[0], dilation_w=geometry.dilation[1], pad_top=pad_top, pad_left=pad_left)
-
-
 def in_place(x_shape, dtype, kernel_hw, geometry: ConvGeometry) -> bool:
   """Whether the forward and the input gradient of a dilated stride-1 fp16/bf16 problem
   (no prologue) run their kernel on the residue classes in place, with no sub-grid
@@ -49,9 +43,7 @@ def in_place(x_shape, dtype, kernel_hw, geometry: ConvGeometry) -> bool:
   ops.py). fp32 keeps the sub-grids in every pass: in place was timed in fp16/bf16 only."""
   if jnp.dtype(dtype) not in _HALF or not applies(geometry, prologue=False):
     return False
-  n, h, w, c = x_shape
-  out_hw = geometry.output_hw((h, w), kernel_hw)
-  fwd = _problem(n, (h, w), out_hw, c, kernel_hw, geometry)
+  fwd = plan_problem(geometry, x_shape, geometry.output_hw(x_shape[1:3], kernel_hw), kernel_hw)
   native = _ffi._jax_flashdwc
   # No device limits: the register-filter choice reads none (it needs no dynamic shared
   # memory), so the decision is the same on every device and at every trace. The input

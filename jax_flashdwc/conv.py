@@ -250,7 +250,7 @@ def depthwise_conv2d(
     # Taps that only ever fall in the padding (_geometry.live_taps): cut, with their padding.
     kernel = kernel[rows[0]:rows[1] + 1, cols[0]:cols[1] + 1]
   restore = lambda y: y
-  if _dilation.in_place(x.shape, x.dtype, kernel.shape[:2], geometry) and not prologue:
+  if not prologue and _dilation.in_place(x.shape, x.dtype, kernel.shape[:2], geometry):
     # The forward and the input gradient read the residue classes in place; the filter
     # gradient rearranges x and dy into sub-grids itself (ops.dwconv_bwd_filter). Not
     # routed, as the sub-grid passes below.

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jax_flashdwc import conv as conv_module, depthwise_conv2d, routing
+from jax_flashdwc import _dilation, conv as conv_module, depthwise_conv2d, routing
 from jax_flashdwc._geometry import make_geometry
 from numerics import all_passes, assert_close, fresh_seed, oracle, pair, uniform
 from shapes import MODEL_LAYERS, ConvCase
@@ -124,25 +124,29 @@ def test_routing_rule_agrees_with_the_layer_benchmark():
   assert not wrong, "\n".join(wrong)
 
 
+def _lowered_pass(pass_name, case, dtype, implementation):
+  """The StableHLO text of one pass of `case` under `implementation`, lowered for the CPU."""
+  conv = lambda x, w: depthwise_conv2d(x, w, implementation=implementation, **case.conv_kwargs())
+  x = jax.ShapeDtypeStruct(case.x_shape, dtype)
+  w = jax.ShapeDtypeStruct(case.kernel_shape, dtype)
+  y = jax.eval_shape(conv, x, w)
+  if pass_name == "fwd":
+    f, args = conv, (x, w)
+  elif pass_name == "dx":
+    f, args = (lambda dy, w: jax.linear_transpose(lambda x_: conv(x_, w), x)(dy)[0]), (y, w)
+  else:
+    f, args = (lambda x_, dy: jax.linear_transpose(lambda w_: conv(x_, w_), w)(dy)[0]), (x, y)
+  with jax.default_device(jax.devices("cpu")[0]):
+    return jax.jit(f).lower(*args).as_text()
+
+
 @pytest.mark.parametrize("pass_name", routing.PASSES)
 def test_flashdwc_never_routes_and_cpu_never_routes(pass_name):
   """implementation="flashdwc" lowers to this library's custom calls only, and on the
   CPU implementation=None does too, for every registry layer's pass (lowering only)."""
-  cpu = jax.devices("cpu")[0]
   for case in REDUCED[::3]:
     for implementation in ("flashdwc", None):
-      conv = lambda x, w: depthwise_conv2d(x, w, implementation=implementation, **case.conv_kwargs())
-      x = jax.ShapeDtypeStruct(case.x_shape, jnp.float32)
-      w = jax.ShapeDtypeStruct(case.kernel_shape, jnp.float32)
-      y = jax.eval_shape(conv, x, w)
-      if pass_name == "fwd":
-        f, args = conv, (x, w)
-      elif pass_name == "dx":
-        f, args = (lambda dy, w: jax.linear_transpose(lambda x_: conv(x_, w), x)(dy)[0]), (y, w)
-      else:
-        f, args = (lambda x_, dy: jax.linear_transpose(lambda w_: conv(x_, w_), w)(dy)[0]), (x, y)
-      with jax.default_device(cpu):
-        text = jax.jit(f).lower(*args).as_text()
+      text = _lowered_pass(pass_name, case, jnp.float32, implementation)
       assert "flashdwc_" in text and "convolution" not in text, (pass_name, case.name, implementation)
 
 
@@ -151,9 +155,6 @@ def test_dilated_in_place_lowers_to_custom_calls_only(pass_name):
   """A dilated 3x3 or 5x5 bf16 problem whose forward and input gradient read the residue
   classes in place (and whose filter gradient rearranges into sub-grids) lowers, under
   implementation="flashdwc" and None, to this library's custom calls and no XLA conv."""
-  from jax_flashdwc import _dilation
-
-  cpu = jax.devices("cpu")[0]
   cases = [ConvCase("d3_k3", 2, 28, 28, 160, 3, 3, dilation=3),
            ConvCase("d2x3_k5_onesided", 1, 13, 29, 56, 5, 5, padding=((0, 8), (12, 0)), dilation=(2, 3))]
   for case in cases:
@@ -162,16 +163,7 @@ def test_dilated_in_place_lowers_to_custom_calls_only(pass_name):
     geometry = make_geometry(x, w, case.strides, case.padding, case.dilation)
     assert _dilation.in_place(case.x_shape, x.dtype, (case.kh, case.kw), geometry), case.name
     for implementation in ("flashdwc", None):
-      conv = lambda x, w: depthwise_conv2d(x, w, implementation=implementation, **case.conv_kwargs())
-      y = jax.eval_shape(conv, x, w)
-      if pass_name == "fwd":
-        f, args = conv, (x, w)
-      elif pass_name == "dx":
-        f, args = (lambda dy, w: jax.linear_transpose(lambda x_: conv(x_, w), x)(dy)[0]), (y, w)
-      else:
-        f, args = (lambda x_, dy: jax.linear_transpose(lambda w_: conv(x_, w_), w)(dy)[0]), (x, y)
-      with jax.default_device(cpu):
-        text = jax.jit(f).lower(*args).as_text()
+      text = _lowered_pass(pass_name, case, jnp.bfloat16, implementation)
       assert "flashdwc_" in text and "convolution" not in text, (pass_name, case.name, implementation)
 
 
