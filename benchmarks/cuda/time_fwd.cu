@@ -16,25 +16,32 @@
 #include "../../tests/cuda/harness.cuh"
 #include "fwd/launch.h"
 
+// Dilation d > 1 at stride 1: "SAME" padding d (k - 1) / 2 on each side (k odd).
 template <typename T>
-void point(const char* tag, int64_t n, int64_t h, int64_t w, int64_t c, int64_t k, int64_t s) {
-  const flashdwc::DwConvParams p = same_params(n, h, w, c, k, s);
+void point(const char* tag, int64_t n, int64_t h, int64_t w, int64_t c, int64_t k, int64_t s, int64_t d = 1) {
+  flashdwc::DwConvParams p = same_params(n, h, w, c, k, s);
+  if (d > 1) {
+    const int64_t pad = d * (k - 1) / 2;
+    const flashdwc::ConvGeometry g{1, 1, pad, pad, d, d};
+    p = flashdwc::make_dwconv_params(n, h, w, h, w, c, k, k, g, false);
+  }
   const int64_t ye = n * p.out_h * p.out_w * c;
   DeviceBuffer<T> x(n * h * w * c), y(ye), wt(k * k * c);
   x.fill_uniform(1u);
   wt.fill_uniform(2u);
   const float ms = median_launch_ms([&] { flashdwc::run_dwconv_fwd(p, x.get(), wt.get(), y.get(), nullptr); }, 3, 20);
-  std::printf("%s %s %lldx%lldx%lldx%lld k%lld s%lld %.3f ms %.1f TF/s %s\n", tag, dtype_name<T>(), (long long)n,
-              (long long)h, (long long)w, (long long)c, (long long)k, (long long)s, ms, 2.0 * ye * k * k / ms / 1e9,
-              cudaGetErrorString(cudaGetLastError()));
+  std::printf("%s %s %lldx%lldx%lldx%lld k%lld s%lld d%lld %.3f ms %.1f TF/s %s\n", tag, dtype_name<T>(),
+              (long long)n, (long long)h, (long long)w, (long long)c, (long long)k, (long long)s, (long long)d, ms,
+              2.0 * ye * k * k / ms / 1e9, cudaGetErrorString(cudaGetLastError()));
 }
 // One point from the command line (for Nsight Compute, `.ci/gpu profile`):
-//   ./time_fwd <tag> f32|bf16|f16 N H W C K STRIDE
+//   ./time_fwd <tag> f32|bf16|f16 N H W C K STRIDE [DILATION]
 bool point_from_args(int argc, char** argv) {
-  if (argc != 9) return false;
-  int64_t v[6];
-  for (int i = 0; i < 6; ++i) v[i] = std::atoll(argv[3 + i]);
-  if (!with_dtype(argv[2], [&](auto tag) { point<decltype(tag)>(argv[1], v[0], v[1], v[2], v[3], v[4], v[5]); })) {
+  if (argc != 9 && argc != 10) return false;
+  int64_t v[7] = {0, 0, 0, 0, 0, 0, 1};
+  for (int i = 0; i < argc - 3; ++i) v[i] = std::atoll(argv[3 + i]);
+  if (!with_dtype(argv[2],
+                  [&](auto tag) { point<decltype(tag)>(argv[1], v[0], v[1], v[2], v[3], v[4], v[5], v[6]); })) {
     std::fprintf(stderr, "dtype %s: expected f32, bf16 or f16\n", argv[2]);
   }
   return true;
