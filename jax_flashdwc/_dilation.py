@@ -7,7 +7,7 @@ VALID, undilated, stride-1 convolution over d_h * d_w * N smaller images, which 
 fast stride-1 kernels run in all three passes (the gradients of the rearrangement
 are rearrangements too). The cost is a copy of x into the sub-grid layout and one of
 y back, both memory passes. Where the register-filter kernel runs the forward and the
-input gradient (3x3 and 5x5 in fp16/bf16, `in_place`), it reads the residue classes
+input gradient (3x3, 5x5 and 7x7 in fp16/bf16, `in_place`), it reads the residue classes
 where they lie instead, and only the filter gradient rearranges.
 """
 
@@ -37,8 +37,8 @@ def applies(geometry: ConvGeometry, prologue: bool) -> bool:
 def in_place(x_shape, dtype, kernel_hw, geometry: ConvGeometry) -> bool:
   """Whether the forward and the input gradient of a dilated stride-1 fp16/bf16 problem
   (no prologue) run their kernel on the residue classes in place, with no sub-grid
-  copies: where the native plan gives both passes the register-filter kernel (3x3 and
-  5x5, fwd/regfilter.cuh), which addresses each residue class with row and column
+  copies: where the native plan gives both passes the register-filter kernel (3x3, 5x5
+  and 7x7, fwd/regfilter.cuh), which addresses each residue class with row and column
   pitches of d. The filter gradient still runs on sub-grids (dwconv_bwd_filter in
   ops.py). fp32 keeps the sub-grids in every pass: in place was timed in fp16/bf16 only."""
   if jnp.dtype(dtype) not in _HALF or not applies(geometry, prologue=False):

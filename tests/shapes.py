@@ -53,12 +53,15 @@ TEST_CASES = [
     ConvCase("d2_k3", 1, 11, 10, 9, 3, 3, dilation=2),
     ConvCase("d2x3_k3x2_valid", 1, 12, 13, 4, 3, 2, padding="VALID", dilation=(2, 3)),
     ConvCase("s2_d2_k5", 1, 15, 14, 3, 5, 5, strides=2, dilation=2),
-    # Dilated 3x3 and 5x5 on C a multiple of 8, which fp16/bf16 run on the register-filter
-    # kernel reading each residue class in place: maps not multiples of d, unequal
-    # dilations with padding on one side only, and a span larger than the map.
+    # Dilated 3x3, 5x5 and 7x7 on C a multiple of 8, which fp16/bf16 run on the
+    # register-filter kernel reading each residue class in place: maps not multiples of
+    # d, unequal dilations with padding on one side only, and a span larger than the map.
     ConvCase("d3_k3_c64_inplace", 2, 19, 23, 64, 3, 3, dilation=3),
     ConvCase("d2x3_k5_c56_onesided", 1, 13, 29, 56, 5, 5, padding=((0, 8), (12, 0)), dilation=(2, 3)),
     ConvCase("d5_k3_c160_on_7x7", 2, 7, 7, 160, 3, 3, dilation=5),
+    ConvCase("d3_k7_c64_inplace", 2, 20, 17, 64, 7, 7, dilation=3),
+    ConvCase("d3x2_k7_c112_onesided", 1, 16, 25, 112, 7, 7, padding=((14, 4), (1, 11)), dilation=(3, 2)),
+    ConvCase("d2_k7_c160_on_7x7", 2, 7, 7, 160, 7, 7, dilation=2),
     ConvCase("pad5_k3_wide", 1, 6, 7, 3, 3, 3, padding=5),
     ConvCase("asym_k7", 1, 9, 9, 3, 7, 7, padding=((0, 6), (5, 1))),
     # Filters wider than the padded map can feed: taps that touch only padding are cut.

@@ -152,11 +152,13 @@ def test_flashdwc_never_routes_and_cpu_never_routes(pass_name):
 
 @pytest.mark.parametrize("pass_name", routing.PASSES)
 def test_dilated_in_place_lowers_to_custom_calls_only(pass_name):
-  """A dilated 3x3 or 5x5 bf16 problem whose forward and input gradient read the residue
-  classes in place (and whose filter gradient rearranges into sub-grids) lowers, under
-  implementation="flashdwc" and None, to this library's custom calls and no XLA conv."""
+  """A dilated 3x3, 5x5 or 7x7 bf16 problem whose forward and input gradient read the
+  residue classes in place (and whose filter gradient rearranges into sub-grids) lowers,
+  under implementation="flashdwc" and None, to this library's custom calls and no XLA conv."""
   cases = [ConvCase("d3_k3", 2, 28, 28, 160, 3, 3, dilation=3),
-           ConvCase("d2x3_k5_onesided", 1, 13, 29, 56, 5, 5, padding=((0, 8), (12, 0)), dilation=(2, 3))]
+           ConvCase("d2x3_k5_onesided", 1, 13, 29, 56, 5, 5, padding=((0, 8), (12, 0)), dilation=(2, 3)),
+           ConvCase("van_d3_k7", 2, 28, 28, 64, 7, 7, dilation=3),
+           ConvCase("d2_k7_on_7x7", 2, 7, 7, 160, 7, 7, dilation=2)]
   for case in cases:
     x = jax.ShapeDtypeStruct(case.x_shape, jnp.bfloat16)
     w = jax.ShapeDtypeStruct(case.kernel_shape, jnp.bfloat16)

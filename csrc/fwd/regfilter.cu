@@ -1,6 +1,6 @@
 // Launcher of the register-filter forward kernel (fwd/regfilter.cuh): its
-// instantiations, 3x3 at 8 outputs a thread and 5x5 at 4, launched on the grid of
-// plan_fwd_launch (plan/fwd_launch.h).
+// instantiations, 3x3 at 8 outputs a thread, 5x5 at 4 and 7x7 at 2, launched on the
+// grid of plan_fwd_launch (plan/fwd_launch.h).
 #include <cstdint>
 #include <type_traits>
 
@@ -17,9 +17,12 @@ namespace {
 // no spills: 3x3 at 8 outputs 120-128 registers (4 blocks), 5x5 at 4 outputs 152-167
 // (3 blocks; 195 uncapped, and the 128 of 4 blocks spilled 456 bytes). fp32 (one
 // channel a thread, half the filter and accumulator registers) takes the same shapes:
-// 91-127 registers, no spills. 7x7 is not built: its filter and accumulators fit only
-// 2 outputs a thread, and an earlier build took about 1.9 of the tensor-core kernel's
-// time (docs/design-notes.md).
+// 91-127 registers, no spills. 7x7 runs dilated problems only (plan/fwd.cc): undilated,
+// an earlier build took about 1.9 of the tensor-core kernel's time; dilated, the
+// alternative is the sub-grid copies (docs/design-notes.md). Its filter and
+// accumulators fit 2 outputs a thread: 168 registers at 3 blocks, 8-12 bytes spilled
+// without the epilogue and 72-116 with it (218-226 registers and no spills at 2 blocks;
+// 166-168 and at most 4 bytes at 1 output a thread).
 template <int kK>
 struct RegFilterShape;
 template <>
@@ -32,10 +35,17 @@ struct RegFilterShape<5> {
   static constexpr int kTW = 4;
   static constexpr int kMinBlocks = 3;
 };
+template <>
+struct RegFilterShape<7> {
+  static constexpr int kTW = 2;
+  static constexpr int kMinBlocks = 3;
+};
 
-static_assert(RegFilterShape<3>::kTW == 8 && RegFilterShape<5>::kTW == 4, "fwd_regfilter_outputs_per_thread");
+static_assert(RegFilterShape<3>::kTW == 8 && RegFilterShape<5>::kTW == 4 && RegFilterShape<7>::kTW == 2,
+              "fwd_regfilter_outputs_per_thread");
 static_assert(RegFilterShape<3>::kMinBlocks == fwd_regfilter_min_blocks(3) &&
-              RegFilterShape<5>::kMinBlocks == fwd_regfilter_min_blocks(5));
+              RegFilterShape<5>::kMinBlocks == fwd_regfilter_min_blocks(5) &&
+              RegFilterShape<7>::kMinBlocks == fwd_regfilter_min_blocks(7));
 static_assert(RegFilterTraits::kThreads == kFwdRegFilterThreads);
 
 template <typename T, int kK>
@@ -62,8 +72,11 @@ bool fwd_regfilter_aligned(const void* x, const void* w, const void* y, const vo
 template <typename T>
 cudaError_t launch_fwd_regfilter(const DwConvParams& p, const FwdLaunchPlan& plan, const T* x, const T* w, T* y,
                                  cudaStream_t stream, const FwdEpilogue& epilogue) {
-  return p.kernel_w == 3 ? launch_with_filter_size<T, 3>(p, plan, x, w, y, stream, epilogue)
-                         : launch_with_filter_size<T, 5>(p, plan, x, w, y, stream, epilogue);
+  switch (p.kernel_w) {
+    case 3: return launch_with_filter_size<T, 3>(p, plan, x, w, y, stream, epilogue);
+    case 5: return launch_with_filter_size<T, 5>(p, plan, x, w, y, stream, epilogue);
+    default: return launch_with_filter_size<T, 7>(p, plan, x, w, y, stream, epilogue);
+  }
 }
 
 template <typename T>

@@ -1,7 +1,9 @@
 // Forward kernel for square filters at stride 1, on CUDA cores, with the filter in
 // registers. The library builds it for 3x3 and 5x5 (fwd/regfilter.cu): in fp16/bf16,
 // where it beat the row-stream and tensor-core kernels, and in fp32 on maps under 32
-// columns, where the row-stream kernel is bound by its small grid.
+// columns, where the row-stream kernel is bound by its small grid; and for dilated
+// 7x7, whose residue classes it reads in place (below) where the tensor-core kernel
+// would need them copied out into sub-grids.
 //
 // Why. At k = 5 the row-stream kernel reads each filter tap from shared memory for
 // every 32 FMAs, which makes it shared-memory bound at about two thirds of the FMA

@@ -40,9 +40,9 @@ inline constexpr int64_t kFwdGemvRowsPerWarp = 4;
 inline constexpr int64_t kFwdGemvHalfTmStride1 = 4;
 inline constexpr int64_t kFwdGemvHalfTmStride2 = 2;
 // Register-filter: 128 threads a block; outputs a thread along the width: 8 for 3x3,
-// 4 for 5x5 (fwd/regfilter.cu, RegFilterShape).
+// 4 for 5x5, 2 for 7x7 (fwd/regfilter.cu, RegFilterShape).
 inline constexpr int64_t kFwdRegFilterThreads = 128;
-inline int64_t fwd_regfilter_outputs_per_thread(int64_t kernel) { return kernel == 3 ? 8 : 4; }
+inline int64_t fwd_regfilter_outputs_per_thread(int64_t kernel) { return kernel == 3 ? 8 : kernel == 5 ? 4 : 2; }
 // The 32-bit words of a pixel the register-filter kernel walks, a thread each: channel
 // pairs in fp16/bf16, channels in fp32.
 inline int64_t fwd_regfilter_words(int64_t channels, bool half_precision) {

@@ -30,7 +30,7 @@ def run(problem, plan, x, w):
   """The kernel's outputs for one word, from the plan's grid: (y, write counts)."""
   p = problem
   k, dh, dw = p["kernel_w"], p["dilation_h"], p["dilation_w"]
-  tw = 8 if k == 3 else 4
+  tw = {3: 8, 5: 4, 7: 2}[k]
   win = tw + k - 1
   y = np.full((p["batch"], p["out_h"], p["out_w"]), np.nan)
   writes = np.zeros(y.shape, int)
@@ -118,6 +118,9 @@ def problems():
       (3, (3, 2), (8, 6), (0, 0), (0, 0)),       # VALID on a small map (2 x 2 outputs)
       (3, (1, 1), (9, 33), (1, 1), (1, 1)),      # undilated: the walk as before
       (5, (3, 3), (40, 9), (1, 7), (2, 5)),      # asymmetric padding
+      (7, (3, 3), (28, 28), (9, 9), (9, 9)),     # VAN's 7x7 d3 (SAME)
+      (7, (2, 2), (7, 7), (6, 6), (6, 6)),       # UniRepLKNet's 7x7 d2 on 7x7: the span outgrows the map
+      (7, (2, 3), (17, 20), (0, 12), (5, 1)),    # unequal dilations, one-sided and uneven padding
   ]:
     out_h = h + top + bottom - dh * (k - 1)
     out_w = w + left + right - dw * (k - 1)

@@ -38,6 +38,7 @@ CASES = [
     (2, 13, 15, 24, 3, 3, 2, 1, jnp.bfloat16),    # phase bwd_data at 3x3 (8 channels a thread), odd map
     (2, 19, 23, 64, 3, 3, 1, 3, jnp.bfloat16),    # register-filter fwd and bwd_data on residue classes in place
     (1, 13, 29, 56, 5, 5, 1, (2, 3), jnp.float16),  # the same at 5x5, unequal dilations, 28 of 32 lanes
+    (2, 20, 17, 112, 7, 7, 1, (3, 2), jnp.bfloat16),  # the same at 7x7, 56 of 64 lanes
 ]
 
 
