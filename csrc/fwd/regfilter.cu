@@ -17,7 +17,8 @@ namespace {
 // no spills: 3x3 at 8 outputs 120-128 registers (4 blocks), 5x5 at 4 outputs 152-167
 // (3 blocks; 195 uncapped, and the 128 of 4 blocks spilled 456 bytes). fp32 (one
 // channel a thread, half the filter and accumulator registers) takes the same shapes:
-// 91-127 registers, no spills. 7x7 runs dilated problems only (plan/fwd.cc): undilated,
+// 91-127 registers, no spills. 7x7 runs dilated fp16/bf16 problems only (plan/fwd.cc;
+// fp32 dilated problems run on sub-grids, and fp32 7x7 was never timed): undilated,
 // an earlier build took about 1.9 of the tensor-core kernel's time; dilated, the
 // alternative is the sub-grid copies (docs/design-notes.md). Its filter and
 // accumulators fit 2 outputs a thread: 168 registers at 3 blocks, 8-12 bytes spilled
@@ -75,7 +76,13 @@ cudaError_t launch_fwd_regfilter(const DwConvParams& p, const FwdLaunchPlan& pla
   switch (p.kernel_w) {
     case 3: return launch_with_filter_size<T, 3>(p, plan, x, w, y, stream, epilogue);
     case 5: return launch_with_filter_size<T, 5>(p, plan, x, w, y, stream, epilogue);
-    default: return launch_with_filter_size<T, 7>(p, plan, x, w, y, stream, epilogue);
+    default:
+      // 7x7 is fp16/bf16 only (can_implement_fwd_regfilter).
+      if constexpr (std::is_same_v<T, float>) {
+        return cudaErrorInvalidValue;
+      } else {
+        return launch_with_filter_size<T, 7>(p, plan, x, w, y, stream, epilogue);
+      }
   }
 }
 
