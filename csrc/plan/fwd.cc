@@ -27,7 +27,8 @@ const char* fwd_kernel_name(FwdKernel kernel) {
 
 // 3x3 and 5x5 filters, stride 1, any dilation (each residue class an undilated image
 // read in place), and fp16/bf16 7x7 where dilated (undilated, the tensor-core kernel is
-// faster; fp32 dilated problems run on sub-grids: fwd/regfilter.cu), a pixel's 32-bit words a multiple of 4 (C a multiple of 8 in
+// faster; fp32 dilated problems run on sub-grids: fwd/regfilter.cu), a pixel's 32-bit
+// words a multiple of 4 (C a multiple of 8 in
 // fp16/bf16, of 4 in fp32: a warp's 32 words are one pixel's, padded to whole warps,
 // and each lane copies 16 bytes that are wholly inside or past the pixel), the grid
 // within CUDA's limits (blockIdx.y: row residues x row blocks, at most out_h rounded up
@@ -35,7 +36,8 @@ const char* fwd_kernel_name(FwdKernel kernel) {
 bool can_implement_fwd_regfilter(const DwConvParams& p, bool half_precision) {
   return p.stride_h == 1 && p.stride_w == 1 && p.dilation_h >= 1 && p.dilation_w >= 1 &&
          p.kernel_h == p.kernel_w &&
-         (p.kernel_w == 3 || p.kernel_w == 5 || (p.kernel_w == 7 && half_precision && (p.dilation_h > 1 || p.dilation_w > 1))) &&
+         (p.kernel_w == 3 || p.kernel_w == 5 ||
+          (p.kernel_w == 7 && half_precision && (p.dilation_h > 1 || p.dilation_w > 1))) &&
          p.channels % (half_precision ? 8 : 4) == 0 &&
          (p.out_h + p.dilation_h - 1) / p.dilation_h * p.dilation_h <= 65535 &&
          (fwd_regfilter_threads_per_row_block(p, half_precision) + kFwdRegFilterThreads - 1) /
