@@ -10,7 +10,9 @@
   that recomputes z from x, forms dz = dy * act'(z) in registers, and writes dx,
   dstate and per-block partial filter and bias gradients in float32, which are
   then summed in a fixed order (an XLA reduction over the blocks), per shard and
-  then, in float32, across the batch shards.
+  then, in float32, across the batch shards. With filter_grad=False (the transpose
+  asks for neither the filter's nor the bias's cotangent) the call writes no
+  partials, and dw and db are zeros that nothing reads.
 
 So jax.grad runs the forward kernel once and the backward kernel once, and the
 pre-activation z is never stored. Higher derivatives of conv1d_tangent_p and
@@ -107,18 +109,19 @@ _fwd_call_p = _call_primitive(
                                               activation=_i64(_activations.code(activation))))
 
 
-def _bwd_call_abstract(x, w, b, seg, state, dy, *, pad_lo, dilation, activation, chunk):
+def _bwd_call_abstract(x, w, b, seg, state, dy, *, pad_lo, dilation, activation, chunk, filter_grad):
   n, length, c = x.shape
-  parts = n * -(-length // chunk)
+  # Empty partial buffers tell the kernels to skip the filter and bias sums.
+  parts = n * -(-length // chunk) if filter_grad else 0
   return [ShapedArray(x.shape, x.dtype), ShapedArray(state.shape, state.dtype),
           ShapedArray((parts, w.shape[0], c), jnp.float32), ShapedArray((parts, c), jnp.float32)]
 
 
 _bwd_call_p = _call_primitive(
     "flashdwc_conv1d_bwd", _bwd_call_abstract,
-    lambda pad_lo, dilation, activation, chunk: dict(pad_lo=_i64(pad_lo), dilation=_i64(dilation),
-                                                     activation=_i64(_activations.code(activation)),
-                                                     chunk=_i64(chunk)))
+    lambda pad_lo, dilation, activation, chunk, filter_grad: dict(
+        pad_lo=_i64(pad_lo), dilation=_i64(dilation), activation=_i64(_activations.code(activation)),
+        chunk=_i64(chunk)))
 
 
 def _step_abstract(x, state, w, b, **_):
@@ -141,9 +144,10 @@ _fwd_partitioned = _conv1d_partitioning.partitioned_fwd(
         x, w, b, seg, state, pad_lo=pad_lo, dilation=dilation, activation=activation)[0])
 
 
-def _bwd_sums(x, w, b, seg, state, dy, pad_lo, dilation, activation, chunk):
+def _bwd_sums(x, w, b, seg, state, dy, pad_lo, dilation, activation, chunk, filter_grad):
   dx, dstate, dw_part, db_part = _bwd_call_p.bind(x, w, b, seg, state, dy, pad_lo=pad_lo, dilation=dilation,
-                                                  activation=activation, chunk=chunk)
+                                                  activation=activation, chunk=chunk, filter_grad=filter_grad)
+  # Sums over no partials (filter_grad False) are zeros.
   return dx, dstate, jnp.sum(dw_part, axis=0)[:, None, :], jnp.sum(db_part, axis=0)
 
 
@@ -173,8 +177,9 @@ def _fwd_impl(x, w, b, seg, state, *, pad_lo, dilation, activation):
 conv1d_fwd_p = _primitive("flashdwc_conv1d_fwd", lambda x, *_, **__: ShapedArray(x.shape, x.dtype), _fwd_impl)
 
 
-def _bwd_impl(x, w, b, seg, state, dy, *, pad_lo, dilation, activation):
-  dx, dstate, dw, db = _bwd_partitioned(x, w, b, seg, state, dy, pad_lo, dilation, activation, BWD_CHUNK)
+def _bwd_impl(x, w, b, seg, state, dy, *, pad_lo, dilation, activation, filter_grad):
+  dx, dstate, dw, db = _bwd_partitioned(x, w, b, seg, state, dy, pad_lo, dilation, activation, BWD_CHUNK,
+                                        filter_grad)
   db = db.astype(b.dtype) if b.shape[0] else jnp.zeros(b.shape, b.dtype)
   return [dx, dstate, dw.astype(w.dtype), db]
 
@@ -239,7 +244,8 @@ def _tangent_transpose(ct, x, w, b, seg, state, tx, tw, tb, tstate, **params):
   undefined = [ad.is_undefined_primal(t) for t in (tx, tw, tb, tstate)]
   if type(ct) is ad.Zero:
     return [None] * 5 + [ad.Zero(t.aval) if u else None for t, u in zip((tx, tw, tb, tstate), undefined)]
-  dx, dstate, dw, db = conv1d_bwd_p.bind(x, w, b, seg, state, ct, **params)
+  filter_grad = undefined[1] or undefined[2]
+  dx, dstate, dw, db = conv1d_bwd_p.bind(x, w, b, seg, state, ct, filter_grad=filter_grad, **params)
   return [None] * 5 + [g if u else None for g, u in zip((dx, dw, db, dstate), undefined)]
 
 
@@ -251,7 +257,7 @@ def _reference_tangent(x, w, b, seg, state, tx, tw, tb, tstate, **params):
   return jax.jvp(f, (x, w, b, state), (tx, tw, tb, tstate))[1]
 
 
-def _reference_bwd(x, w, b, seg, state, dy, **params):
+def _reference_bwd(x, w, b, seg, state, dy, filter_grad=True, **params):
   f = lambda x, w, b, state: _reference_fwd(x, w, b, seg, state, **params)
   dx, dw, db, dstate = jax.vjp(f, x, w, b, state)[1](dy)
   return [dx, dstate, dw, db]

@@ -176,10 +176,10 @@ def partitioned_fwd(call):
 
 
 def partitioned_bwd(call):
-  """`call(x, w, b, seg, state, dy, pad_lo, dilation, activation, chunk) -> (dx, dstate,
-  dw, db)`, dw (K, 1, C) and db (C,) in float32, as a partitioned function whose filter
-  and bias gradients are summed over the batch shards."""
-  fn = custom_partitioning(call, static_argnums=(6, 7, 8, 9))
+  """`call(x, w, b, seg, state, dy, pad_lo, dilation, activation, chunk, filter_grad) ->
+  (dx, dstate, dw, db)`, dw (K, 1, C) and db (C,) in float32, as a partitioned function
+  whose filter and bias gradients are summed over the batch shards."""
+  fn = custom_partitioning(call, static_argnums=(6, 7, 8, 9, 10))
 
   def infer(*args):
     *_static, mesh, arg_shapes, _result_shape = args

@@ -666,6 +666,45 @@ def test_runs_the_1d_kernels(segments, device, plain_route):
   assert not _custom_calls(xla, x, w, b)
 
 
+@pytest.mark.parametrize("k,dilation,segments,state", [(4, 1, False, False), (3, 1, True, False), (4, 1, False, True),
+                                                   (2, 3, True, False)])
+def test_input_gradient_alone_skips_the_filter_sums(k, dilation, segments, state, device):
+  """The gradient in x alone (and in x and the initial state) runs the backward call
+  with no filter or bias partials, and its dx and dstate are bit for bit those of the
+  full gradient's call, which writes the partials."""
+  from jax_flashdwc import conv1d
+  seed = fresh_seed()
+  rng = np.random.default_rng(seed)
+  n, length, c = 2, 300, 24
+  x, w, b = (put(uniform(rng, s, np.float32), device, jnp.bfloat16) for s in ((n, length, c), (k, 1, c), (c,)))
+  dy = put(uniform(rng, (n, length, c), np.float32), device, jnp.bfloat16)
+  seg = put(random_segments(rng, n, length), device) if segments else None
+  s0 = put(uniform(rng, (n, dilation * (k - 1), c), np.float32), device, jnp.bfloat16) if state else None
+  f = lambda x, w, b, s0: depthwise_conv1d(x, w, bias=b, activation="silu", kernel_dilation=dilation,
+                                           segment_ids=seg, initial_state=s0)
+  full = jax.jit(lambda *a: jax.vjp(f, *a)[1](dy))
+  alone = jax.jit(lambda x, w, b, s0: jax.vjp(lambda x, s0: f(x, w, b, s0), x, s0)[1](dy))
+  old = conv1d.PLAIN_ON_1D_KERNELS
+  conv1d.PLAIN_ON_1D_KERNELS = True
+  try:
+    args = (x, w, b, s0)
+    texts = {name: fn.lower(*args).compile().as_text() for name, fn in (("full", full), ("alone", alone))}
+    dx_full, _, _, ds_full = full(*args)
+    dx_alone, ds_alone = alone(*args)
+  finally:
+    conv1d.PLAIN_ON_1D_KERNELS = old
+  calls = {name: re.findall(r"\n.*custom_call_target=\"flashdwc_conv1d_bwd\".*", t) for name, t in texts.items()}
+  assert len(calls["full"]) == 1 and len(calls["alone"]) == 1, calls
+  parts = (n * -(-length // 128), k, c)
+  assert "f32[%d,%d,%d]" % parts in calls["full"][0], calls["full"][0]
+  assert "f32[0,%d,%d]" % (k, c) in calls["alone"][0] and "f32[0,%d]" % c in calls["alone"][0], calls["alone"][0]
+  np.testing.assert_array_equal(np.asarray(dx_alone, np.float32), np.asarray(dx_full, np.float32),
+                                err_msg=f"seed {seed}")
+  if state:
+    np.testing.assert_array_equal(np.asarray(ds_alone, np.float32), np.asarray(ds_full, np.float32),
+                                  err_msg=f"seed {seed}")
+
+
 @pytest.mark.parametrize("k, dilation", [(6, 1), (4, 2)])
 def test_plain_long_or_dilated_filters_stay_on_the_2d_kernels(k, dilation, device, monkeypatch):
   """Without segments or state, only K = 2-4 at dilation 1 (the timed window kernels)

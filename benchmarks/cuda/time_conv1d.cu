@@ -122,6 +122,28 @@ void bwd_check(const char* name, Problem& pr, float ms, const GuardedOutput<T>& 
               dw_ok ? "ok" : "DIFFERS", cudaGetErrorString(cudaGetLastError()));
 }
 
+// The input gradient alone (FilterGrad = false, p.filter_grad false): dx checked bit for
+// bit against the first backward's, no partials written.
+template <int V, int U, int W, int MinBlocks>
+void bwd_split_dx(const char* name, Problem& pr, const BwdRef& ref) {
+  Conv1dParams p = pr.p;
+  p.filter_grad = false;
+  GuardedOutput<T> dx(pr.elems());
+  const int64_t channel_blocks = (p.channels + 32 * V - 1) / (32 * V);
+  const dim3 grid(unsigned(channel_blocks), unsigned(p.chunks_per_row()), unsigned(p.batch)), block(32, W);
+  auto launch = [&] {
+    conv1d_bwd_window_split<T, V, K, U, W, MinBlocks, false, true, false><<<grid, block>>>(
+        pr.x.get(), pr.w.get(), pr.b.get(), nullptr, nullptr, pr.dy.get(), dx.get(), nullptr, nullptr, nullptr, p);
+  };
+  const float ms = median_launch_ms(launch, 3, 20);
+  const std::vector<T> got = dx.download();
+  bool same = dx.guards_intact() && got.size() == ref.dx.size();
+  for (size_t i = 0; same && i < got.size(); ++i) same = memcmp(&got[i], &ref.dx[i], sizeof(T)) == 0;
+  std::printf("dx  %-28s %lldx%lldx%lld %.4f ms %.2f TB/s dx %s %s\n", name, (long long)p.batch, (long long)p.length,
+              (long long)p.channels, ms, 3.0 * pr.elems() * sizeof(T) / ms / 1e9, same ? "same" : "DIFFERS",
+              cudaGetErrorString(cudaGetLastError()));
+}
+
 template <int V, int U, int W, int MinBlocks, bool Seg, bool Grid3 = false>
 void bwd_split(const char* name, Problem& pr, BwdRef* ref) {
   const Conv1dParams& p = pr.p;
@@ -239,6 +261,13 @@ int main(int argc, char** argv) {
     bwd_split<4, 2, 8, 2, false, true>("grid3 split V4 U2 W8 mb2", pr, &bref);
     bwd_split<8, 2, 4, 2, false, true>("grid3 split V8 U2 W4 mb2", pr, &bref);
     bwd_split<2, 3, 4, 5, false, true>("grid3 split V2 U3 W4 mb5", pr, &bref);
+    // The input gradient alone: the library's geometry, then ones that the 20 or so
+    // registers of the dropped filter sums may allow.
+    bwd_split_dx<4, 3, 4, 4>("grid3 dx V4 U3 W4 mb4", pr, bref);
+    bwd_split_dx<4, 3, 4, 5>("grid3 dx V4 U3 W4 mb5", pr, bref);
+    bwd_split_dx<4, 4, 4, 5>("grid3 dx V4 U4 W4 mb5", pr, bref);
+    bwd_split_dx<8, 3, 4, 3>("grid3 dx V8 U3 W4 mb3", pr, bref);
+    bwd_split_dx<2, 4, 4, 6>("grid3 dx V2 U4 W4 mb6", pr, bref);
   }
   return 0;
 }

@@ -90,17 +90,19 @@ void conv1d_bwd_cpu(const Conv1dParams& p, const T* x, const T* w, const T* bias
                      }
                    }
                    // Filter and bias partials over the outputs this chunk owns, [i0, i1).
-                   float* dwp = dw_part + task * p.kernel_size * C;
-                   float* dbp = db_part + task * C;
-                   std::fill(dwp, dwp + p.kernel_size * C, 0.0f);
-                   std::fill(dbp, dbp + C, 0.0f);
-                   for (int64_t t = i0; t < i1; ++t) {
-                     for (int64_t c = 0; c < C; ++c) {
-                       const float g = dz[(t - t0) * C + c];
-                       dbp[c] += g;
-                       for (int64_t k = 0; k < p.kernel_size; ++k) {
-                         const int64_t pos = t - p.pad_lo + k * p.dilation;
-                         if (in.same_segment(pos, t)) dwp[k * C + c] += g * in.input(pos, c);
+                   if (p.filter_grad) {
+                     float* dwp = dw_part + task * p.kernel_size * C;
+                     float* dbp = db_part + task * C;
+                     std::fill(dwp, dwp + p.kernel_size * C, 0.0f);
+                     std::fill(dbp, dbp + C, 0.0f);
+                     for (int64_t t = i0; t < i1; ++t) {
+                       for (int64_t c = 0; c < C; ++c) {
+                         const float g = dz[(t - t0) * C + c];
+                         dbp[c] += g;
+                         for (int64_t k = 0; k < p.kernel_size; ++k) {
+                           const int64_t pos = t - p.pad_lo + k * p.dilation;
+                           if (in.same_segment(pos, t)) dwp[k * C + c] += g * in.input(pos, c);
+                         }
                        }
                      }
                    }

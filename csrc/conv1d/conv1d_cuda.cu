@@ -160,8 +160,13 @@ cudaError_t bwd_window(const Conv1dParams& p, const T* x, const T* w, const T* b
   const bool grid3 = !p.has_seg && p.state_len == 0 && fits_grid3(p, p.chunks_per_row());
   if (grid3) {
     const dim3 grid3_dims(unsigned(channel_blocks), unsigned(p.chunks_per_row()), unsigned(p.batch));
-    conv1d_bwd_window_split<T, V, KT, kBwdAhead, kBwdWarps, kBwdBlocks, false, true>
-        <<<grid3_dims, block, 0, stream>>>(FLASHDWC_BWD_ARGS);
+    if (p.filter_grad) {
+      conv1d_bwd_window_split<T, V, KT, kBwdAhead, kBwdWarps, kBwdBlocks, false, true, true>
+          <<<grid3_dims, block, 0, stream>>>(FLASHDWC_BWD_ARGS);
+    } else {
+      conv1d_bwd_window_split<T, V, KT, kBwdAhead, kBwdWarps, kBwdBlocks, false, true, false>
+          <<<grid3_dims, block, 0, stream>>>(FLASHDWC_BWD_ARGS);
+    }
   } else if (p.has_seg) {
     conv1d_bwd_window_split<T, V, KT, kBwdAhead, kBwdWarps, kBwdBlocksWithSegments, true><<<grid, block, 0, stream>>>(
         FLASHDWC_BWD_ARGS);

@@ -363,7 +363,11 @@ __global__ void __launch_bounds__(128) conv1d_fwd_generic(const T* __restrict__ 
 // y, row z) and 32-bit positions and offsets inside a row, as the plain forward's,
 // instead of the flat grid's 64-bit divisions and the state's branch on every load;
 // the launcher takes it where chunks and rows fit gridDim.y/z and L x C < 2^31.
-template <typename T, int V, int KT, int U, int W, int MinBlocks, bool Seg, bool Grid3 = false>
+// FilterGrad = false (the input gradient alone, p.filter_grad false) drops the filter
+// and bias sums from the loop; FilterGrad = true still writes no partials when
+// p.filter_grad is false (their buffers are then empty).
+template <typename T, int V, int KT, int U, int W, int MinBlocks, bool Seg, bool Grid3 = false,
+          bool FilterGrad = true>
 __global__ void __launch_bounds__(32 * W, MinBlocks) conv1d_bwd_window_split(
     const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, const int32_t* __restrict__ seg,
     const T* __restrict__ state, const T* __restrict__ dy, T* __restrict__ dx, T* __restrict__ dstate,
@@ -469,7 +473,7 @@ __global__ void __launch_bounds__(32 * W, MinBlocks) conv1d_bwd_window_split(
               dz[i] *= act_grad<T>(p.activation, z);
             }
           }
-          if (tt >= i0 && tt < i1) {
+          if (FilterGrad && tt >= i0 && tt < i1) {
 #pragma unroll
             for (int i = 0; i < V; ++i) {
               db[i] += dz[i];
@@ -510,6 +514,7 @@ __global__ void __launch_bounds__(32 * W, MinBlocks) conv1d_bwd_window_split(
       }
     }
   }
+  if (!FilterGrad || !p.filter_grad) return;  // the same for the whole block: no barrier skipped by some
   // [y][row][i][lane], row KT the bias: lanes consecutive, so no bank conflicts.
   __shared__ float red[W][KT + 1][V][32];
 #pragma unroll
@@ -572,7 +577,7 @@ __global__ void __launch_bounds__(128) conv1d_bwd_generic(
   float db[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) db[i] = 0.0f;
-  for (int64_t k = 0; k < p.kernel_size; ++k) {
+  for (int64_t k = 0; p.filter_grad && k < p.kernel_size; ++k) {
     float dw[V];
 #pragma unroll
     for (int i = 0; i < V; ++i) dw[i] = 0.0f;
@@ -592,8 +597,10 @@ __global__ void __launch_bounds__(128) conv1d_bwd_generic(
 #pragma unroll
     for (int i = 0; i < V; ++i) dw_part[(part * p.kernel_size + k) * p.channels + tl.c0 + i] = dw[i];
   }
+  if (p.filter_grad) {
 #pragma unroll
-  for (int i = 0; i < V; ++i) db_part[part * p.channels + tl.c0 + i] = db[i];
+    for (int i = 0; i < V; ++i) db_part[part * p.channels + tl.c0 + i] = db[i];
+  }
   // Input gradient: input e is read by output t = e + pad_lo - k * dilation.
   const int64_t first = tl.run == 0 ? -p.state_len : i0;
   for (int64_t e = first; e < i1; ++e) {

@@ -25,6 +25,10 @@ struct Conv1dParams {
   int64_t chunk;
   bool has_bias, has_seg;
   Activation activation;
+  // Whether the backward pass writes the filter and bias partials: false when its
+  // caller asked for the input gradient alone (partial buffers of no elements), which
+  // spares the kernels 2K + 1 multiply-adds an element and the partials' reduction.
+  bool filter_grad = true;
 
   FLASHDWC_HOST_DEVICE int64_t chunks_per_row() const { return (length + chunk - 1) / chunk; }
 };

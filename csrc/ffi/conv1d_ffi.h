@@ -54,19 +54,21 @@ inline ffi::Error check_conv1d_fwd_result(const char* pass, const ffi::AnyBuffer
 // The backward's dy and results against x, the state and p's chunks: dy and dx x's
 // shape and type, dstate the state's size, the float32 partials (N * chunks, K, C) and
 // (N * chunks, C).
-inline ffi::Error check_conv1d_bwd_buffers(const char* pass, const Conv1dParams& p, const ffi::AnyBuffer& x,
+inline ffi::Error check_conv1d_bwd_buffers(const char* pass, Conv1dParams& p, const ffi::AnyBuffer& x,
                                            const ffi::AnyBuffer& state, const ffi::AnyBuffer& dy,
                                            ffi::Result<ffi::AnyBuffer>& dx, ffi::Result<ffi::AnyBuffer>& dstate,
                                            ffi::Result<ffi::AnyBuffer>& dw_part,
                                            ffi::Result<ffi::AnyBuffer>& db_part) {
-  const size_t parts = size_t(p.batch * p.chunks_per_row());
+  // Partials of no elements ask for the input gradient alone.
+  p.filter_grad = dw_part->element_count() != 0 || db_part->element_count() != 0;
+  const size_t parts = p.filter_grad ? size_t(p.batch * p.chunks_per_row()) : 0;
   if (dy.element_count() != x.element_count() || dy.element_type() != x.element_type() ||
       dx->element_count() != x.element_count() || dx->element_type() != x.element_type() ||
       dstate->element_count() != state.element_count() ||
       dw_part->element_count() != parts * p.kernel_size * p.channels || db_part->element_count() != parts * p.channels ||
       dw_part->element_type() != ffi::DataType::F32 || db_part->element_type() != ffi::DataType::F32) {
     return conv1d_invalid(pass, "dy, dx must match x, dstate the state, the partials (N * chunks, K, C) and "
-                                "(N * chunks, C) float32");
+                                "(N * chunks, C) float32, or both empty for the input gradient alone");
   }
   return ffi::Error::Success();
 }
