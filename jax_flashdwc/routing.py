@@ -76,6 +76,7 @@ XLA_RULES: tuple[XlaRule, ...] = (
     XlaRule(("dw",), lambda p: p.half and p.small_square and p.symmetric_padding and p.dilation == (1, 1)
             and (p.kh == 5 or p.h * p.w <= 28 * 28)
             and not (p.kh == 5 and p.h * p.w <= 7 * 7 and p.c > 1024)
+            and not (p.kh == 3 and p.c <= 96)
             and not (p.kh == 3 and p.strides == (1, 1)
                      and (p.h * p.w * p.c >= 28 * 28 * 512
                           or ((p.c >= 640 or (p.c >= 480 and p.h * p.w <= 14 * 14))
@@ -87,11 +88,13 @@ XLA_RULES: tuple[XlaRule, ...] = (
             "maps of 28x28 and smaller 0.67-1.05x (MobileNetV2's 14x14x576 stride 2: 0.048 "
             "against 0.032; EfficientNet-B3's 10x10x1392 at batch 32 0.79x). With runs of at least 8 m-steps "
             "(csrc/bwd_filter/small_grid.h) MobileNetV2's 3x3 filter gradients on 28x28 and smaller maps ran "
-            "0.96-1.30x (19 of the rule's 44 rows re-timed so: those, MobileNetV3's 28x28x240 stride 2 1.01x, "
+            "0.96-1.30x (39 of the rule's 44 rows re-timed so: those, MobileNetV3's 28x28x240 stride 2 1.01x, "
             "14x14x200 0.95x, 56x56x72 5x5 0.90x, 28x28x120 5x5 0.70x, 7x7x960 and 14x14x672 stride-2 5x5 "
             "0.74-0.75x; EfficientNet-B0's 5x5 0.83-1.00x, its 7x7x1152 3x3 0.84x, EfficientNet-B3's 75x75x192 "
-            "stride-2 5x5 0.89x); the rows near 1.0x stay routed. Left "
-            "on ours: 3x3 on 56x56 and "
+            "stride-2 5x5 0.89x; in a later run 20 more: EfficientNet-B3's 0.79-0.98x, RepLKNet-31B's and "
+            "UniRepLKNet-T's 5x5 branches 0.79-0.99x, VAN-B0's LKA 5x5 0.84-1.07x); the rows near 1.0x stay "
+            "routed. Left on ours: 3x3 on 96 channels or fewer (InceptionNeXt-T's squares at 8-step runs: "
+            "28x28x24 1.38x, 7x7x96 1.26x, 14x14x48 0.97x; its 56x56x12 takes the next rule), 3x3 on 56x56 and "
             "larger maps (1.12-1.75x: 112x112x16 0.048 against 0.085), 3x3 stride 1 on wide maps (VAN-B0's "
             "28x28x512 1.09x, 14x14x1280 1.26x, 7x7x2048 1.06x; MobileNetV3's 14x14x672 1.16x; MobileNetV2's "
             "14x14x576 at 8-step runs 1.30x: 0.032 ms against 0.041; the 14x14x480 of EfficientNet-B0 and "
