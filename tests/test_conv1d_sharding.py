@@ -168,6 +168,25 @@ def test_filter_gradient_is_summed_over_the_batch_in_float32(devices):
     np.testing.assert_allclose(g, r, rtol=2 ** -7, atol=2 ** -7 * np.abs(r).max() / 8, err_msg=f"seed {seed}")
 
 
+def test_input_gradient_alone_is_not_all_reduced(devices):
+  """Sharded on N, the gradient in x and the initial state alone (no filter or bias
+  cotangent) runs the backward call without partials, the program all-reduces nothing,
+  and the gradient equals the one-device one."""
+  mesh = Mesh(np.array(devices), ("a",))
+  seed = fresh_seed()
+  inputs = _inputs(np.random.default_rng(seed))
+  conv = _conv(True, True)
+  grad = jax.jit(jax.grad(lambda x, w, b, state, seg: jnp.sum(jnp.tanh(conv(x, w, b, state, seg))),
+                          argnums=(0, 3)))
+  args = _put(mesh, P("a", None, None), *inputs)
+  hlo = grad.lower(*args).compile().as_text()
+  assert not [line for line in hlo.splitlines() if re.search(r"= \(?[^=]*all-reduce(-start)?\(", line)], hlo
+  assert re.search(rf"f32\[0,{K},{C}\][^\n]*custom_call_target=\"flashdwc_conv1d_bwd\"", hlo), hlo
+  got, ref = grad(*args), grad(*jax.device_put(inputs, devices[0]))
+  for name, g, r in zip(("x", "initial_state"), got, ref):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-6, atol=1e-6, err_msg=f"d {name} seed {seed}")
+
+
 def test_shard_map_runs_the_kernels_per_shard(devices):
   """Inside shard_map (every axis manual) the calls run on the local shards as they are.
   The primitives do not track varying manual axes, so differentiation inside
