@@ -6,6 +6,8 @@
 // geometry that drops or repeats a position shows. Build and run:
 //   nvcc -std=c++17 -arch=sm_90 -O3 --expt-relaxed-constexpr -Icsrc -Itests/cuda \
 //        benchmarks/cuda/time_conv1d.cu -o time_conv1d && ./time_conv1d
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -203,8 +205,103 @@ void rotating_sets(Problem& pr) {
               fwd_ms, bytes / fwd_ms / 1e9, copy_ms / fwd_ms, cudaGetErrorString(cudaGetLastError()));
 }
 
+// Back-to-back launches, as inside an XLA executable (the rows above time each launch
+// alone, the GPU idle between them), for about `seconds`, in batches of `batch` launches
+// timed by one event pair each: the per-launch time of the first batch, the median one
+// and the last. Through JAX every 1-D pass took 1.22-1.28x the isolated launch's time;
+// if sustained load lowers the SM clock (power), issue-bound kernels slow down with it
+// while the copy does not.
+template <typename Launch>
+void sustained(const char* name, const Problem& pr, double tensors, Launch launch, int batch = 100,
+               double seconds = 3.0) {
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::vector<float> per_launch;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds) {
+    cudaEventRecord(start);
+    for (int i = 0; i < batch; ++i) launch();
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, start, stop);
+    per_launch.push_back(ms / batch);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::vector<float> sorted = per_launch;
+  std::sort(sorted.begin(), sorted.end());
+  const double bytes = tensors * pr.elems() * sizeof(T);
+  const float med = sorted[sorted.size() / 2];
+  std::printf("sustained %-24s %lldx%lldx%lld %zu batches of %d: first %.4f ms, median %.4f ms (%.2f TB/s), last %.4f ms %s\n",
+              name, (long long)pr.p.batch, (long long)pr.p.length, (long long)pr.p.channels, per_launch.size(), batch,
+              per_launch.front(), med, bytes / med / 1e9, per_launch.back(), cudaGetErrorString(cudaGetLastError()));
+}
+
+// Each pass of the library's geometry, isolated (median of 20 lone launches) and
+// sustained (3 s back to back), over 3 sets of x, dy and outputs in rotation.
+void sustained_rows(int64_t n, int64_t l, int64_t c) {
+  Problem pr(n, l, c);
+  const Conv1dParams& p = pr.p;
+  Conv1dParams p_dx = p;
+  p_dx.filter_grad = false;
+  constexpr int kSets = 3;
+  std::vector<std::unique_ptr<DeviceBuffer<T>>> xs, dys, outs;
+  for (int i = 0; i < kSets; ++i) {
+    xs.push_back(std::make_unique<DeviceBuffer<T>>(pr.elems()));
+    dys.push_back(std::make_unique<DeviceBuffer<T>>(pr.elems()));
+    outs.push_back(std::make_unique<DeviceBuffer<T>>(pr.elems()));
+    xs.back()->fill_uniform(20u + unsigned(i));
+    dys.back()->fill_uniform(30u + unsigned(i));
+  }
+  DeviceBuffer<float> dw(p.batch * p.chunks_per_row() * K * p.channels), db(p.batch * p.chunks_per_row() * p.channels);
+  const int64_t n16 = pr.elems() * int64_t(sizeof(T)) / 16;
+  const dim3 fwd_grid(unsigned((p.channels / 4 + 127) / 128), unsigned((p.length + 7) / 8), unsigned(p.batch));
+  const dim3 bwd_grid(unsigned((p.channels + 127) / 128), unsigned(p.chunks_per_row()), unsigned(p.batch));
+  const dim3 bwd_block(32, 4);
+  int next = 0;
+  auto copy = [&] {
+    copy16<<<132 * 16, 256>>>(reinterpret_cast<const int4*>(xs[next]->get()), reinterpret_cast<int4*>(outs[next]->get()),
+                              n16);
+    next = (next + 1) % kSets;
+  };
+  auto fwd = [&] {
+    conv1d_fwd_plain_grid3<T, 4, K, 8, 6, flashdwc::Activation::kSilu>
+        <<<fwd_grid, 128>>>(xs[next]->get(), pr.w.get(), pr.b.get(), outs[next]->get(), p);
+    next = (next + 1) % kSets;
+  };
+  auto bwd = [&] {
+    conv1d_bwd_window_split<T, 4, K, 3, 4, 4, false, true, true><<<bwd_grid, bwd_block>>>(
+        xs[next]->get(), pr.w.get(), pr.b.get(), nullptr, nullptr, dys[next]->get(), outs[next]->get(), nullptr,
+        dw.get(), db.get(), p);
+    next = (next + 1) % kSets;
+  };
+  auto dx = [&] {
+    conv1d_bwd_window_split<T, 4, K, 3, 4, 4, false, true, false><<<bwd_grid, bwd_block>>>(
+        xs[next]->get(), pr.w.get(), pr.b.get(), nullptr, nullptr, dys[next]->get(), outs[next]->get(), nullptr,
+        nullptr, nullptr, p_dx);
+    next = (next + 1) % kSets;
+  };
+  std::printf("isolated %lldx%lldx%lld: copy %.4f ms, fwd %.4f ms, bwd %.4f ms, dx alone %.4f ms\n", (long long)n,
+              (long long)l, (long long)c, median_launch_ms(copy, 3, 20), median_launch_ms(fwd, 3, 20),
+              median_launch_ms(bwd, 3, 20), median_launch_ms(dx, 3, 20));
+  sustained("copy", pr, 2.0, copy);
+  sustained("fwd grid3 V4 R8 mb6", pr, 2.0, fwd);
+  sustained("bwd grid3 V4 U3 W4 mb4", pr, 3.0, bwd);
+  sustained("dx grid3 V4 U3 W4 mb4", pr, 3.0, dx);
+}
+
 // ./time_conv1d [SHAPE_INDEX]: every shape, or one (for Nsight Compute).
+// ./time_conv1d sustained: isolated against back-to-back launches (run
+// `nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw --format=csv -lms 200` beside it).
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "sustained") {
+    sustained_rows(16, 2048, 5120);
+    sustained_rows(32, 2048, 5120);
+    sustained_rows(32, 2048, 1536);
+    return 0;
+  }
   const int64_t shapes[][3] = {{8, 2048, 1536}, {16, 2048, 1536}, {32, 2048, 1536}, {8, 2048, 5120},
                                {16, 2048, 5120}, {32, 2048, 5120}};
   const int only = argc > 1 ? std::atoi(argv[1]) : -1;

@@ -514,28 +514,31 @@ __global__ void __launch_bounds__(32 * W, MinBlocks) conv1d_bwd_window_split(
       }
     }
   }
-  if (!FilterGrad || !p.filter_grad) return;  // the same for the whole block: no barrier skipped by some
-  // [y][row][i][lane], row KT the bias: lanes consecutive, so no bank conflicts.
-  __shared__ float red[W][KT + 1][V][32];
+  // The same for the whole block, so no thread skips a barrier that others reach.
+  if constexpr (FilterGrad) {
+    if (!p.filter_grad) return;
+    // [y][row][i][lane], row KT the bias: lanes consecutive, so no bank conflicts.
+    __shared__ float red[W][KT + 1][V][32];
 #pragma unroll
-  for (int i = 0; i < V; ++i) {
+    for (int i = 0; i < V; ++i) {
 #pragma unroll
-    for (int k = 0; k < KT; ++k) red[threadIdx.y][k][i][threadIdx.x] = dw[k][i];
-    red[threadIdx.y][KT][i][threadIdx.x] = db[i];
-  }
-  __syncthreads();
-  if (threadIdx.y != 0 || c0 >= channels) return;
+      for (int k = 0; k < KT; ++k) red[threadIdx.y][k][i][threadIdx.x] = dw[k][i];
+      red[threadIdx.y][KT][i][threadIdx.x] = db[i];
+    }
+    __syncthreads();
+    if (threadIdx.y != 0 || c0 >= channels) return;
 #pragma unroll
-  for (int i = 0; i < V; ++i) {
+    for (int i = 0; i < V; ++i) {
 #pragma unroll
-    for (int k = 0; k <= KT; ++k) {
-      float sum = red[0][k][i][threadIdx.x];
+      for (int k = 0; k <= KT; ++k) {
+        float sum = red[0][k][i][threadIdx.x];
 #pragma unroll
-      for (int y = 1; y < W; ++y) sum += red[y][k][i][threadIdx.x];
-      if (k < KT) {
-        dw_part[(part * KT + k) * p.channels + c0 + i] = sum;
-      } else {
-        db_part[part * p.channels + c0 + i] = sum;
+        for (int y = 1; y < W; ++y) sum += red[y][k][i][threadIdx.x];
+        if (k < KT) {
+          dw_part[(part * KT + k) * p.channels + c0 + i] = sum;
+        } else {
+          db_part[part * p.channels + c0 + i] = sum;
+        }
       }
     }
   }
