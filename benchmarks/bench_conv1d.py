@@ -6,7 +6,10 @@ are timed in the same run:
   flashdwc-2d  the library's 2-D kernels with H = 1 (PLAIN_ON_1D_KERNELS = False);
   xla          implementation="xla": lax.conv_general_dilated plus XLA's fusions.
 Passes: fwd (y), dx (vjp in x), dw (vjp in w and b), fwd+bwd (value and gradient
-in x, w and b of sum(y * dy)), and the one-token decoding step (`update`).
+in x, w and b of sum(y * dy)), and the one-token decoding step (`update`). Each shape
+also gets a `copy` row: XLA's negation of x, one fusion reading x and writing y, timed
+the same way, so that each pass's bandwidth also compares with a copy of the same bytes
+inside the same kind of executable (the harness's copy kernel runs alone).
 
 Timing: one jitted executable applies the op R times to R distinct input buffers
 (together larger than the L2 cache; R from copies_for, about 2 ms of forward a call)
@@ -50,7 +53,7 @@ from provenance import provenance  # noqa: E402
 
 IMPLEMENTATIONS = ("flashdwc-1d", "flashdwc-2d", "xla")
 MODES = ("fwd", "dx", "dw", "fwd+bwd")
-PASSES = {"fwd": 2, "dx": 3, "dw": 2, "fwd+bwd": 5}
+PASSES = {"fwd": 2, "dx": 3, "dw": 2, "fwd+bwd": 5, "copy": 2}
 # (N, L): 16k, 32k and 64k tokens.
 TOKEN_SHAPES = ((8, 2048), (8, 4096), (16, 4096))
 CHANNELS = (1536, 2560, 5120)
@@ -80,6 +83,8 @@ def pass_fn(mode, impl):
   if mode == "fwd+bwd":
     loss = lambda x, w, b, dy: jnp.sum(f(x, w, b).astype(jnp.float32) * dy.astype(jnp.float32))
     return jax.value_and_grad(loss, argnums=(0, 1, 2))
+  if mode == "copy":
+    return lambda x, w, b, dy: -x
   raise ValueError(mode)
 
 
@@ -282,6 +287,15 @@ def main(argv=None):
       continue
     copies = args.copies or copies_for(n * length, c, dtype)
     data = make_inputs(key, n, length, c, k, dtype, copies)
+    if (n * length, c, k, str(dtype), "copy", "xla") not in have:
+      seconds = time_executable(repeated(pass_fn("copy", "xla"), "xla"), data, args.repeats, warmup=1) / copies
+      moved = PASSES["copy"] * n * length * c * dtype.itemsize
+      rows.append({"tokens": n * length, "N": n, "L": length, "C": c, "K": k, "dtype": str(dtype), "mode": "copy",
+                   "impl": "xla", "ms": seconds * 1e3, "tb_s": moved / seconds / 1e12,
+                   "frac_copy": moved / seconds / 1e12 / args.copy_tbs, "rel_err": 0.0,
+                   "speedup_vs_xla": float("nan"), **prov})
+      print(f"{n * length:>6} C={c:<5} K={k} copy     xla (x -> -x) {seconds * 1e3:8.3f} ms "
+            f"{moved / seconds / 1e12:5.2f} TB/s", flush=True)
     for mode in todo:
       if out_of_time():
         break
@@ -300,11 +314,13 @@ def main(argv=None):
                      "impl": impl, "ms": seconds * 1e3, "tb_s": moved / seconds / 1e12,
                      "frac_copy": moved / seconds / 1e12 / args.copy_tbs, "rel_err": err, **prov})
       del first
+      copy_tbs = next((r["tb_s"] for r in rows if r["mode"] == "copy" and (r["tokens"], r["C"], r["K"], r["dtype"])
+                       == (n * length, c, k, str(dtype))), float("nan"))
       for row in rows[-len(fns):]:
         row["speedup_vs_xla"] = times["xla"] / times[row["impl"]] if "xla" in times else float("nan")
         print(f"{row['tokens']:>6} C={c:<5} K={k} {mode:<8} {row['impl']:<12} {row['ms']:8.3f} ms "
-              f"{row['tb_s']:5.2f} TB/s {row['frac_copy']:5.2f} of copy  x{row['speedup_vs_xla']:.2f} vs XLA  "
-              f"rel_err {row['rel_err']:.1e}", flush=True)
+              f"{row['tb_s']:5.2f} TB/s {row['frac_copy']:5.2f} of copy ({row['tb_s'] / copy_tbs:4.2f} of XLA's) "
+              f"x{row['speedup_vs_xla']:.2f} vs XLA  rel_err {row['rel_err']:.1e}", flush=True)
       write_rows(path, rows)
   if out_of_time():
     print(f"stopped after {time.perf_counter() - start:.0f} s: --resume goes on", flush=True)

@@ -773,6 +773,9 @@ def test_benchmark_keeps_and_resumes_its_csv(tmp_path, monkeypatch):
   measured = [r for r in first if r["mode"] == "fwd"]
   assert {r["impl"] for r in measured} == {"flashdwc-1d", "xla"} and len(measured) >= 4
   assert {r["impl"] for r in first if r["mode"] == "update"} == {"xla", "flashdwc-1d"}  # the decoding step, both ways
+  copies = [r for r in first if r["mode"] == "copy"]  # XLA's copy of each shape's bytes, the in-executable roof
+  assert {r["impl"] for r in copies} == {"xla"} and len(copies) == len(measured) // 2
+  assert all(float(r["ms"]) > 0 for r in copies)
   dropped = {key(r) for r in measured[:2]}  # both implementations of the first shape
   with open(out, "w", newline="") as f:
     writer = csv.DictWriter(f, fieldnames=list(first[0]))
