@@ -260,6 +260,8 @@ def _reference_tangent(x, w, b, seg, state, tx, tw, tb, tstate, **params):
 def _reference_bwd(x, w, b, seg, state, dy, filter_grad=True, **params):
   f = lambda x, w, b, state: _reference_fwd(x, w, b, seg, state, **params)
   dx, dw, db, dstate = jax.vjp(f, x, w, b, state)[1](dy)
+  if not filter_grad:  # as the kernels: zeros where the filter and bias sums were not asked for
+    dw, db = jnp.zeros_like(dw), jnp.zeros_like(db)
   return [dx, dstate, dw, db]
 
 
