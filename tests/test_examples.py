@@ -99,3 +99,13 @@ def test_pipeline_benchmark_compiles_the_step_once(tmp_path, caplog):
   row = next(csv.DictReader(out.open()))
   assert float(row["input_host_ms"]) > 0 and float(row["input_device_ms"]) > 0
   assert 0 <= float(row["input_wait_ms"]) <= float(row["pipeline_ms"])
+
+
+def test_sequence_model_learns_on_packed_sequences_and_decodes_step_by_step():
+  seq = _load("sequence_model")
+  model, params, losses, accuracies = seq.train(steps=80, quiet=True)
+  assert losses[-1] < 0.1 * losses[0] and np.mean(accuracies[-5:]) > 0.95, (losses[::10], accuracies[::10])
+  follows, diff = seq.check_decoding(model, params, vocab=16)
+  assert follows
+  # The decoding kernel's logits equal the parallel forward's to float32 rounding.
+  assert diff < 1e-4, diff
