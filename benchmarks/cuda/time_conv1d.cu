@@ -211,19 +211,40 @@ void rotating_sets(Problem& pr) {
 // and the last. Through JAX every 1-D pass took 1.22-1.28x the isolated launch's time;
 // if sustained load lowers the SM clock (power), issue-bound kernels slow down with it
 // while the copy does not.
+// The SM clock now, in MHz: one thread counts clock64 cycles over 100 us of the global
+// timer (launched right after a batch, it reads the clock the batch left the SM at).
+__global__ void sm_clock_probe(unsigned long long* out) {
+  unsigned long long t0, t1;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const long long c0 = clock64();
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+  } while (t1 - t0 < 100000);
+  out[0] = (unsigned long long)(clock64() - c0);
+  out[1] = t1 - t0;
+}
+
+double probe_sm_mhz(const DeviceBuffer<unsigned long long>& probe) {
+  sm_clock_probe<<<1, 1>>>(probe.get());
+  const std::vector<unsigned long long> h = probe.download();
+  return 1e3 * double(h[0]) / double(h[1]);
+}
+
 template <typename Launch>
 void sustained(const char* name, const Problem& pr, double tensors, Launch launch, int batch = 100,
                double seconds = 3.0) {
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
+  const DeviceBuffer<unsigned long long> probe(2);
   std::vector<float> per_launch;
+  std::vector<double> mhz;
   const auto t0 = std::chrono::steady_clock::now();
   while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds) {
     cudaEventRecord(start);
     for (int i = 0; i < batch; ++i) launch();
     cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
+    mhz.push_back(probe_sm_mhz(probe));  // queued after the batch: its clock, outside the timing
     float ms = 0.0f;
     cudaEventElapsedTime(&ms, start, stop);
     per_launch.push_back(ms / batch);
@@ -232,11 +253,15 @@ void sustained(const char* name, const Problem& pr, double tensors, Launch launc
   cudaEventDestroy(stop);
   std::vector<float> sorted = per_launch;
   std::sort(sorted.begin(), sorted.end());
+  std::vector<double> sorted_mhz = mhz;
+  std::sort(sorted_mhz.begin(), sorted_mhz.end());
   const double bytes = tensors * pr.elems() * sizeof(T);
   const float med = sorted[sorted.size() / 2];
-  std::printf("sustained %-24s %lldx%lldx%lld %zu batches of %d: first %.4f ms, median %.4f ms (%.2f TB/s), last %.4f ms %s\n",
+  std::printf("sustained %-24s %lldx%lldx%lld %zu batches of %d: first %.4f ms, median %.4f ms (%.2f TB/s), "
+              "last %.4f ms; SM clock after a batch: first %.0f, median %.0f, last %.0f MHz %s\n",
               name, (long long)pr.p.batch, (long long)pr.p.length, (long long)pr.p.channels, per_launch.size(), batch,
-              per_launch.front(), med, bytes / med / 1e9, per_launch.back(), cudaGetErrorString(cudaGetLastError()));
+              per_launch.front(), med, bytes / med / 1e9, per_launch.back(), mhz.front(),
+              sorted_mhz[sorted_mhz.size() / 2], mhz.back(), cudaGetErrorString(cudaGetLastError()));
 }
 
 // Each pass of the library's geometry, isolated (median of 20 lone launches) and
@@ -283,9 +308,15 @@ void sustained_rows(int64_t n, int64_t l, int64_t c) {
         nullptr, nullptr, p_dx);
     next = (next + 1) % kSets;
   };
-  std::printf("isolated %lldx%lldx%lld: copy %.4f ms, fwd %.4f ms, bwd %.4f ms, dx alone %.4f ms\n", (long long)n,
-              (long long)l, (long long)c, median_launch_ms(copy, 3, 20), median_launch_ms(fwd, 3, 20),
-              median_launch_ms(bwd, 3, 20), median_launch_ms(dx, 3, 20));
+  // In this order (a function's arguments are evaluated in no fixed order).
+  const DeviceBuffer<unsigned long long> probe(2);
+  const double before_mhz = probe_sm_mhz(probe);
+  const float copy_ms = median_launch_ms(copy, 3, 20), fwd_ms = median_launch_ms(fwd, 3, 20);
+  const float bwd_ms = median_launch_ms(bwd, 3, 20), dx_ms = median_launch_ms(dx, 3, 20);
+  const double after_mhz = probe_sm_mhz(probe);
+  std::printf("isolated %lldx%lldx%lld: copy %.4f ms, fwd %.4f ms, bwd %.4f ms, dx alone %.4f ms; SM clock %.0f MHz "
+              "before, %.0f after\n", (long long)n, (long long)l, (long long)c, copy_ms, fwd_ms, bwd_ms, dx_ms,
+              before_mhz, after_mhz);
   sustained("copy", pr, 2.0, copy);
   sustained("fwd grid3 V4 R8 mb6", pr, 2.0, fwd);
   sustained("bwd grid3 V4 U3 W4 mb4", pr, 3.0, bwd);
@@ -293,8 +324,9 @@ void sustained_rows(int64_t n, int64_t l, int64_t c) {
 }
 
 // ./time_conv1d [SHAPE_INDEX]: every shape, or one (for Nsight Compute).
-// ./time_conv1d sustained: isolated against back-to-back launches (run
-// `nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw --format=csv -lms 200` beside it).
+// ./time_conv1d sustained: isolated against back-to-back launches, with the SM clock
+// after each batch (and `nvidia-smi --query-gpu=clocks.mem,power.draw --format=csv -lms 200`
+// beside it for the memory clock and the power).
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "sustained") {
     sustained_rows(16, 2048, 5120);
