@@ -314,12 +314,12 @@ def main(argv=None):
                      "impl": impl, "ms": seconds * 1e3, "tb_s": moved / seconds / 1e12,
                      "frac_copy": moved / seconds / 1e12 / args.copy_tbs, "rel_err": err, **prov})
       del first
-      copy_tbs = next((r["tb_s"] for r in rows if r["mode"] == "copy" and (r["tokens"], r["C"], r["K"], r["dtype"])
+      xla_copy_tbs = next((r["tb_s"] for r in rows if r["mode"] == "copy" and (r["tokens"], r["C"], r["K"], r["dtype"])
                        == (n * length, c, k, str(dtype))), float("nan"))
       for row in rows[-len(fns):]:
         row["speedup_vs_xla"] = times["xla"] / times[row["impl"]] if "xla" in times else float("nan")
         print(f"{row['tokens']:>6} C={c:<5} K={k} {mode:<8} {row['impl']:<12} {row['ms']:8.3f} ms "
-              f"{row['tb_s']:5.2f} TB/s {row['frac_copy']:5.2f} of copy ({row['tb_s'] / copy_tbs:4.2f} of XLA's) "
+              f"{row['tb_s']:5.2f} TB/s {row['frac_copy']:5.2f} of copy ({row['tb_s'] / xla_copy_tbs:4.2f} of XLA's) "
               f"x{row['speedup_vs_xla']:.2f} vs XLA  rel_err {row['rel_err']:.1e}", flush=True)
       write_rows(path, rows)
   if out_of_time():

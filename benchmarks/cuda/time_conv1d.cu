@@ -205,12 +205,6 @@ void rotating_sets(Problem& pr) {
               fwd_ms, bytes / fwd_ms / 1e9, copy_ms / fwd_ms, cudaGetErrorString(cudaGetLastError()));
 }
 
-// Back-to-back launches, as inside an XLA executable (the rows above time each launch
-// alone, the GPU idle between them), for about `seconds`, in batches of `batch` launches
-// timed by one event pair each: the per-launch time of the first batch, the median one
-// and the last. Through JAX every 1-D pass took 1.22-1.28x the isolated launch's time;
-// if sustained load lowers the SM clock (power), issue-bound kernels slow down with it
-// while the copy does not.
 // The SM clock now, in MHz: one thread counts clock64 cycles over 100 us of the global
 // timer (launched right after a batch, it reads the clock the batch left the SM at).
 __global__ void sm_clock_probe(unsigned long long* out) {
@@ -230,6 +224,12 @@ double probe_sm_mhz(const DeviceBuffer<unsigned long long>& probe) {
   return 1e3 * double(h[0]) / double(h[1]);
 }
 
+// Back-to-back launches, as inside an XLA executable (the rows above time each launch
+// alone, the GPU idle between them), for about `seconds`, in batches of `batch` launches
+// timed by one event pair each: the per-launch time of the first batch, the median one
+// and the last. Through JAX every 1-D pass took 1.22-1.28x the isolated launch's time;
+// if sustained load lowers the SM clock (power), issue-bound kernels slow down with it
+// while the copy does not.
 template <typename Launch>
 void sustained(const char* name, const Problem& pr, double tensors, Launch launch, int batch = 100,
                double seconds = 3.0) {
