@@ -162,6 +162,58 @@ void bwd_split(const char* name, Problem& pr, BwdRef* ref) {
   bwd_check(name, pr, median_launch_ms(launch, 3, 20), dx, dw, ref);
 }
 
+// The backward with segment ids (packed sequences, a boundary every 1000 positions or
+// so): the flat grid at 3 blocks an SM (the library's segmented path) against the 3-D
+// grid at 4, dx bit for bit and the summed filter gradient to 1e-5 against the first.
+template <int MinBlocks, bool Grid3>
+void bwd_seg(const char* name, Problem& pr, const DeviceBuffer<int32_t>& seg, BwdRef* ref) {
+  Conv1dParams p = pr.p;
+  p.has_seg = true;
+  GuardedOutput<T> dx(pr.elems());
+  DeviceBuffer<float> dw(p.batch * p.chunks_per_row() * K * p.channels), db(p.batch * p.chunks_per_row() * p.channels);
+  const int64_t channel_blocks = (p.channels + 127) / 128;
+  const dim3 grid = Grid3 ? dim3(unsigned(channel_blocks), unsigned(p.chunks_per_row()), unsigned(p.batch))
+                          : dim3(unsigned(channel_blocks * p.chunks_per_row() * p.batch));
+  auto launch = [&] {
+    conv1d_bwd_window_split<T, 4, K, 3, 4, MinBlocks, true, Grid3><<<grid, dim3(32, 4)>>>(
+        pr.x.get(), pr.w.get(), pr.b.get(), seg.get(), nullptr, pr.dy.get(), dx.get(), nullptr, dw.get(), db.get(), p);
+  };
+  bwd_check(name, pr, median_launch_ms(launch, 3, 20), dx, dw, ref);
+}
+
+// The forward with segment ids: the window kernel on the flat grid (the library's
+// segmented path before) against the plain kernel on the 3-D grid, y bit for bit.
+template <bool Grid3>
+void fwd_seg(const char* name, Problem& pr, const DeviceBuffer<int32_t>& seg, std::vector<T>* ref) {
+  Conv1dParams p = pr.p;
+  p.has_seg = true;
+  GuardedOutput<T> y(pr.elems());
+  auto launch = [&] {
+    if constexpr (Grid3) {
+      const dim3 grid(unsigned((p.channels / 4 + 127) / 128), unsigned((p.length + 7) / 8), unsigned(p.batch));
+      conv1d_fwd_plain_grid3<T, 4, K, 8, 5, flashdwc::Activation::kSilu, true>
+          <<<grid, 128>>>(pr.x.get(), pr.w.get(), pr.b.get(), y.get(), p, seg.get());
+    } else {
+      const int64_t blocks = (p.channels / 4 + 127) / 128 * ((p.length + 15) / 16) * p.batch;
+      conv1d_fwd_window<T, 4, K, 4, 6, true><<<unsigned(blocks), 128>>>(pr.x.get(), pr.w.get(), pr.b.get(), seg.get(),
+                                                                         nullptr, y.get(), p, 16);
+    }
+  };
+  time_fwd(name, pr, y, launch, ref);
+}
+
+std::vector<int32_t> packed_segment_ids(const Conv1dParams& p) {
+  std::vector<int32_t> ids(p.batch * p.length);
+  for (int64_t n = 0; n < p.batch; ++n) {
+    int32_t id = 0;
+    for (int64_t t = 0; t < p.length; ++t) {
+      if (t > 0 && (t * 7919 + n * 104729) % 1000 < 1) ++id;  // about one boundary in 1000 positions
+      ids[n * p.length + t] = id;
+    }
+  }
+  return ids;
+}
+
 // Copy of the same bytes as the forward, for the roof on this card.
 __global__ void copy16(const int4* __restrict__ a, int4* __restrict__ b, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) b[i] = a[i];
@@ -390,6 +442,15 @@ int main(int argc, char** argv) {
     bwd_split<4, 2, 8, 2, false, true>("grid3 split V4 U2 W8 mb2", pr, &bref);
     bwd_split<8, 2, 4, 2, false, true>("grid3 split V8 U2 W4 mb2", pr, &bref);
     bwd_split<2, 3, 4, 5, false, true>("grid3 split V2 U3 W4 mb5", pr, &bref);
+    {
+      const DeviceBuffer<int32_t> seg(packed_segment_ids(pr.p));
+      BwdRef sref;
+      std::vector<T> fsref;
+      fwd_seg<false>("seg window V4 U4 run16 mb6", pr, seg, &fsref);
+      fwd_seg<true>("seg plain grid3 V4 R8 mb5", pr, seg, &fsref);
+      bwd_seg<3, false>("seg flat V4 U3 W4 mb3", pr, seg, &sref);
+      bwd_seg<4, true>("seg grid3 V4 U3 W4 mb4", pr, seg, &sref);
+    }
     // The input gradient alone: the library's geometry, then ones that the 20 or so
     // registers of the dropped filter sums may allow.
     bwd_split_dx<4, 3, 4, 4>("grid3 dx V4 U3 W4 mb4", pr, bref);

@@ -25,6 +25,10 @@ using namespace conv1d_cuda;
 // 0.67-0.68 of this card's 2.46-2.87 TB/s copy of the same bytes).
 constexpr int64_t kFwdPlainRun = 8;
 constexpr int kFwdPlainBlocks = 6;
+// The same with segment ids (no state), on the 3-D grid only: the ids of a run's 11
+// inputs and 8 outputs take registers, so 5 blocks an SM (in the harness without
+// segments 5 and 6 blocks ran within 1% of each other).
+constexpr int kFwdPlainSegBlocks = 5;
 // Forward with segments or a state (conv1d_fwd_window): runs of 16 positions of 4
 // channels, 4 loads ahead, 6 blocks an SM (80 registers; conv1d_kernels.cuh names the spills).
 constexpr int64_t kFwdRun = 16;
@@ -36,8 +40,9 @@ constexpr int kFwdChannels = 4;
 // of 128 an SM: 0.75-0.77 of the time of the former 2-channel geometry and 0.66-0.84
 // of the former one-run-a-thread kernel (16 bytes of channels, 128 positions, 251
 // registers) at every shape, 0.85-0.91 TB/s of x, dy and dx. ptxas (sm_90): 101-126
-// registers without segments; with them the K = 4 instances spill at 128 (4 blocks),
-// so they run at 3 blocks an SM (not timed).
+// registers without segments; with them the K = 4 instances spill at 128 (4 blocks)
+// on the flat grid, so they run at 3 blocks an SM there (not timed); on the 3-D grid
+// (no state) they take 112-128 registers at 4 blocks without spills.
 constexpr int kBwdAhead = 3;
 constexpr int kBwdChannels = 4;
 constexpr int kBwdWarps = 4;
@@ -81,14 +86,17 @@ bool fits_grid3(const Conv1dParams& p, int64_t pieces) {
 // the kernel harness, H100, bf16, K = 4, SiLU: 1.15-1.19x the 1-D grid's speed, 0.93-0.99
 // of the card's copy at 16k-64k tokens x 1536 and 5120 channels), else on the 1-D grid.
 template <typename T, int V, int KT>
-void fwd_plain(const Conv1dParams& p, const T* x, const T* w, const T* bias, T* y, dim3 grid, int threads,
-               cudaStream_t stream) {
+void fwd_plain(const Conv1dParams& p, const T* x, const T* w, const T* bias, const int32_t* seg, T* y, dim3 grid,
+               int threads, cudaStream_t stream) {
   const int64_t runs = (p.length + kFwdPlainRun - 1) / kFwdPlainRun;
   const bool grid3 = fits_grid3(p, runs);
   const int64_t groups = (p.channels + V - 1) / V;
   const dim3 grid3_dims(unsigned((groups + threads - 1) / threads), unsigned(runs), unsigned(p.batch));
 #define FLASHDWC_FWD_PLAIN(ACT)                                                                                     \
-  if (grid3) {                                                                                                      \
+  if (p.has_seg) {                                                                                                  \
+    conv1d_fwd_plain_grid3<T, V, KT, kFwdPlainRun, kFwdPlainSegBlocks, ACT, true>                                   \
+        <<<grid3_dims, threads, 0, stream>>>(x, w, bias, y, p, seg);                                                \
+  } else if (grid3) {                                                                                               \
     conv1d_fwd_plain_grid3<T, V, KT, kFwdPlainRun, kFwdPlainBlocks, ACT>                                            \
         <<<grid3_dims, threads, 0, stream>>>(x, w, bias, y, p);                                                     \
   } else {                                                                                                          \
@@ -104,12 +112,14 @@ void fwd_plain(const Conv1dParams& p, const T* x, const T* w, const T* bias, T* 
 #undef FLASHDWC_FWD_PLAIN
 }
 
-// The forward, K = KT at dilation 1: the plain kernel without segments or state
-// (where C and the buffers allow vectors), else the window kernel.
+// The forward, K = KT at dilation 1: the plain kernel without a state (where C and the
+// buffers allow vectors; with segment ids on the 3-D grid only), else the window kernel.
 template <typename T, int V, int KT>
 cudaError_t fwd_window_kt(const Conv1dParams& p, const T* x, const T* w, const T* bias, const int32_t* seg,
                           const T* state, T* y, cudaStream_t stream) {
-  const bool plain = V > 1 && !p.has_seg && p.state_len == 0;
+  // With segment ids the plain kernel runs on the 3-D grid only.
+  const bool plain = V > 1 && p.state_len == 0 &&
+                     (!p.has_seg || fits_grid3(p, (p.length + kFwdPlainRun - 1) / kFwdPlainRun));
   const int64_t run = plain ? kFwdPlainRun : kFwdRun;
   int threads;
   cudaError_t err;
@@ -117,7 +127,7 @@ cudaError_t fwd_window_kt(const Conv1dParams& p, const T* x, const T* w, const T
   if (err != cudaSuccess) return err;
   if constexpr (V > 1) {
     if (plain) {
-      fwd_plain<T, V, KT>(p, x, w, bias, y, grid, threads, stream);
+      fwd_plain<T, V, KT>(p, x, w, bias, seg, y, grid, threads, stream);
       return cudaGetLastError();
     }
   }
@@ -163,10 +173,13 @@ cudaError_t bwd_window(const Conv1dParams& p, const T* x, const T* w, const T* b
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
   const dim3 grid{unsigned(blocks)}, block{32, kBwdWarps};
 #define FLASHDWC_BWD_ARGS x, w, bias, seg, state, dy, dx, dstate, dw_part, db_part, p
-  const bool grid3 = !p.has_seg && p.state_len == 0 && fits_grid3(p, p.chunks_per_row());
+  const bool grid3 = p.state_len == 0 && fits_grid3(p, p.chunks_per_row());
   if (grid3) {
     const dim3 grid3_dims(unsigned(channel_blocks), unsigned(p.chunks_per_row()), unsigned(p.batch));
-    if (p.filter_grad) {
+    if (p.has_seg) {
+      conv1d_bwd_window_split<T, V, KT, kBwdAhead, kBwdWarps, kBwdBlocks, true, true>
+          <<<grid3_dims, block, 0, stream>>>(FLASHDWC_BWD_ARGS);
+    } else if (p.filter_grad) {
       conv1d_bwd_window_split<T, V, KT, kBwdAhead, kBwdWarps, kBwdBlocks, false, true, true>
           <<<grid3_dims, block, 0, stream>>>(FLASHDWC_BWD_ARGS);
     } else {

@@ -243,17 +243,28 @@ __global__ void __launch_bounds__(128, MinBlocks) conv1d_fwd_window(
 // per thread; the filter and bias are widened to float once; the activation is a
 // template parameter (Act), so none and SiLU need no call. `I` is the index type of
 // offsets inside one row (x_row, y_row point at its first position of channel c0):
-// 32-bit on the 3-D grid, 64-bit on the 1-D one.
-template <typename T, int V, int KT, int R, Activation Act, typename I>
+// 32-bit on the 3-D grid, 64-bit on the 1-D one. Seg: with the row's segment ids
+// (seg_row, positions clamped to [0, L) as RowIn::seg_at; inputs outside [0, L) are
+// zeros, so their ids do not matter), a tap counts only where its input's id is its
+// output's; the ids of a run's inputs and outputs are loaded with its inputs (one
+// 4-byte word a position, the same for every lane of a warp).
+template <typename T, int V, int KT, int R, Activation Act, bool Seg, typename I>
 __device__ __forceinline__ void fwd_plain_run(const T* __restrict__ x_row, const T* __restrict__ w,
-                                              const T* __restrict__ bias, T* __restrict__ y_row, I t0,
-                                              I length, I channels, I pad_lo, I c0, bool has_bias) {
+                                              const T* __restrict__ bias, const int32_t* __restrict__ seg_row,
+                                              T* __restrict__ y_row, I t0, I length, I channels, I pad_lo, I c0,
+                                              bool has_bias) {
   Pack<T, V> win[R + KT - 1];
+  int32_t in_id[Seg ? R + KT - 1 : 1], out_id[Seg ? R : 1];
 #pragma unroll
   for (int j = 0; j < R + KT - 1; ++j) {
     const I pos = t0 - pad_lo + j;
     win[j] = pos >= 0 && pos < length ? *reinterpret_cast<const Pack<T, V>*>(x_row + pos * channels)
                                       : zero_pack<T, V>();
+    if constexpr (Seg) in_id[j] = seg_row[pos < 0 ? 0 : (pos >= length ? length - 1 : pos)];
+  }
+  if constexpr (Seg) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) out_id[r] = seg_row[t0 + r < length ? t0 + r : length - 1];
   }
   float wk[KT][V], bk[V];
 #pragma unroll
@@ -273,7 +284,9 @@ __device__ __forceinline__ void fwd_plain_run(const T* __restrict__ x_row, const
       for (int i = 0; i < V; ++i) {
         acc[i] = bk[i];
 #pragma unroll
-        for (int k = 0; k < KT; ++k) acc[i] = fmaf(wk[k][i], to_f(win[r + k].e[i]), acc[i]);
+        for (int k = 0; k < KT; ++k) {
+          if (!Seg || in_id[r + k] == out_id[r]) acc[i] = fmaf(wk[k][i], to_f(win[r + k].e[i]), acc[i]);
+        }
         acc[i] = Act == Activation::kNone ? acc[i] : act<T>(Act, acc[i]);
       }
       store_pack<T, V>(y_row + (t0 + r) * channels, acc);
@@ -286,17 +299,19 @@ __device__ __forceinline__ void fwd_plain_run(const T* __restrict__ x_row, const
 // (ncu, H100: 61% of the SM's issue against 38% of DRAM), and the 1-D grid's three
 // 64-bit divisions are software sequences of tens of instructions each against about
 // 750 others for a thread's 32 outputs. The launcher takes it where runs <= 65535,
-// rows <= 65535 and L x C < 2^31 (fits_grid3, conv1d/conv1d_cuda.cu).
-template <typename T, int V, int KT, int R, int MinBlocks, Activation Act>
+// rows <= 65535 and L x C < 2^31 (fits_grid3, conv1d/conv1d_cuda.cu). Seg: with
+// segment ids (no state), in place of the window kernel's flat grid.
+template <typename T, int V, int KT, int R, int MinBlocks, Activation Act, bool Seg = false>
 __global__ void __launch_bounds__(128, MinBlocks)
     conv1d_fwd_plain_grid3(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
-                           T* __restrict__ y, Conv1dParams p) {
+                           T* __restrict__ y, Conv1dParams p, const int32_t* __restrict__ seg = nullptr) {
   const int channels = int(p.channels);
   const int c0 = int(blockIdx.x * blockDim.x + threadIdx.x) * V;
   if (c0 >= channels) return;
   const int64_t row = int64_t(blockIdx.z) * p.length * p.channels + c0;
-  fwd_plain_run<T, V, KT, R, Act, int>(x + row, w, bias, y + row, int(blockIdx.y) * R, int(p.length), channels,
-                                       int(p.pad_lo), c0, p.has_bias);
+  const int32_t* seg_row = Seg ? seg + int64_t(blockIdx.z) * p.length : nullptr;
+  fwd_plain_run<T, V, KT, R, Act, Seg, int>(x + row, w, bias, seg_row, y + row, int(blockIdx.y) * R, int(p.length),
+                                            channels, int(p.pad_lo), c0, p.has_bias);
 }
 
 // The same on a 1-D grid (tile()), for problems past the 3-D grid's limits.
@@ -307,8 +322,8 @@ __global__ void __launch_bounds__(128, MinBlocks) conv1d_fwd_plain(const T* __re
   const Tile tl = tile<V>(p, (p.length + R - 1) / R);
   if (!tl.active) return;
   const int64_t row = tl.n * p.length * p.channels + tl.c0;
-  fwd_plain_run<T, V, KT, R, Act, int64_t>(x + row, w, bias, y + row, tl.run * R, p.length, p.channels, p.pad_lo,
-                                           tl.c0, p.has_bias);
+  fwd_plain_run<T, V, KT, R, Act, false, int64_t>(x + row, w, bias, nullptr, y + row, tl.run * R, p.length,
+                                                  p.channels, p.pad_lo, tl.c0, p.has_bias);
 }
 
 // ---------------------------------------------------------------------------
@@ -359,10 +374,12 @@ __global__ void __launch_bounds__(128) conv1d_fwd_generic(const T* __restrict__ 
 // after output t, input t - lo has all its contributions (dxacc[0]) and is stored.
 // The W sub-runs' filter and bias partials are summed in shared memory in the order
 // y = 0 .. W - 1 and written once to the chunk's slot. Seg = false keeps no segment
-// ids in registers. Grid3 (no segments, no state): a 3-D grid (channel block x, chunk
-// y, row z) and 32-bit positions and offsets inside a row, as the plain forward's,
-// instead of the flat grid's 64-bit divisions and the state's branch on every load;
-// the launcher takes it where chunks and rows fit gridDim.y/z and L x C < 2^31.
+// ids in registers. Grid3 (no state; with or without segments): a 3-D grid (channel
+// block x, chunk y, row z) and 32-bit positions and offsets inside a row, as the plain
+// forward's, instead of the flat grid's 64-bit divisions and the state's branch on
+// every load; the launcher takes it where chunks and rows fit gridDim.y/z and
+// L x C < 2^31. With segments it fits 4 blocks an SM without spills (bf16 and fp32
+// K = 4: 128 registers), where the flat grid spills at 4 and runs at 3 (147).
 // FilterGrad = false (the input gradient alone, p.filter_grad false) drops the filter
 // and bias sums from the loop; FilterGrad = true still writes no partials when
 // p.filter_grad is false (their buffers are then empty).
@@ -372,7 +389,6 @@ __global__ void __launch_bounds__(32 * W, MinBlocks) conv1d_bwd_window_split(
     const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, const int32_t* __restrict__ seg,
     const T* __restrict__ state, const T* __restrict__ dy, T* __restrict__ dx, T* __restrict__ dstate,
     float* __restrict__ dw_part, float* __restrict__ db_part, Conv1dParams p) {
-  static_assert(!(Grid3 && Seg), "the 3-D grid is for problems without segments");
   using I = std::conditional_t<Grid3, int, int64_t>;
   const int64_t chunks = p.chunks_per_row();
   I c0;

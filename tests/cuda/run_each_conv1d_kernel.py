@@ -16,7 +16,8 @@ from jax_flashdwc import depthwise_conv1d, depthwise_conv1d_update
 # (N, L, C, K, dilation, dtype, segments, initial state): which kernels each reaches.
 CASES = [
     (2, 37, 40, 4, 1, jnp.bfloat16, False, False),  # plain fwd and split bwd on the 3-D grid, a ragged last run
-    (2, 37, 40, 3, 1, jnp.float16, True, False),    # window fwd and split bwd with segments (flat grid)
+    (2, 37, 40, 3, 1, jnp.float16, True, False),    # window fwd, split bwd with segments on the 3-D grid
+    (2, 300, 40, 4, 1, jnp.bfloat16, True, True),   # segments and a state: split bwd on the flat grid, 3 chunks
     (3, 5, 24, 2, 1, jnp.float32, False, True),     # window fwd with a state, split bwd with a state; L < chunk
     (2, 19, 13, 4, 1, jnp.bfloat16, False, False),  # odd C: one channel a thread in the plain and window kernels
     (2, 23, 16, 6, 1, jnp.bfloat16, True, False),   # K = 6: generic fwd and bwd
