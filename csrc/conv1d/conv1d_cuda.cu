@@ -27,7 +27,9 @@ constexpr int64_t kFwdPlainRun = 8;
 constexpr int kFwdPlainBlocks = 6;
 // The same with segment ids (no state), on the 3-D grid only: the ids of a run's 11
 // inputs and 8 outputs take registers, so 5 blocks an SM (in the harness without
-// segments 5 and 6 blocks ran within 1% of each other).
+// segments 5 and 6 blocks ran within 1% of each other). With a boundary every ~1000
+// positions it took 0.79-0.84 of the window kernel's time at the six shapes (H100,
+// bf16, K = 4, SiLU: 1.63-2.01 against 1.37-1.60 TB/s; y bit for bit).
 constexpr int kFwdPlainSegBlocks = 5;
 // Forward with segments or a state (conv1d_fwd_window): runs of 16 positions of 4
 // channels, 4 loads ahead, 6 blocks an SM (80 registers; conv1d_kernels.cuh names the spills).
@@ -41,8 +43,10 @@ constexpr int kFwdChannels = 4;
 // of the former one-run-a-thread kernel (16 bytes of channels, 128 positions, 251
 // registers) at every shape, 0.85-0.91 TB/s of x, dy and dx. ptxas (sm_90): 101-126
 // registers without segments; with them the K = 4 instances spill at 128 (4 blocks)
-// on the flat grid, so they run at 3 blocks an SM there (not timed); on the 3-D grid
-// (no state) they take 112-128 registers at 4 blocks without spills.
+// on the flat grid, so they run at 3 blocks an SM there; on the 3-D grid (no state)
+// they take 112-128 registers at 4 blocks without spills and 0.45-0.49 of the flat
+// grid's time (H100, bf16, K = 4, SiLU, a boundary every ~1000 positions: 1.56-1.84
+// against 0.77-0.83 TB/s; dx bit for bit, dw within 1e-5).
 constexpr int kBwdAhead = 3;
 constexpr int kBwdChannels = 4;
 constexpr int kBwdWarps = 4;
@@ -156,8 +160,8 @@ cudaError_t fwd_with(const Conv1dParams& p, const T* x, const T* w, const T* bia
 }
 
 // The window backward, K = KT at dilation 1 (blocks of 32 channel groups x kBwdWarps
-// sub-runs of one chunk): without segments or a state on the 3-D grid where it fits
-// (conv1d_bwd_window_split's Grid3), else on the flat grid. The input gradient alone
+// sub-runs of one chunk): without a state on the 3-D grid where it fits
+// (conv1d_bwd_window_split's Grid3), segment ids included, else on the flat grid. The input gradient alone
 // (p.filter_grad false) has its own instance on the 3-D grid, without the filter and bias
 // sums: 0.84 of the full kernel's time at five of six shapes, 0.93 at 8 x 2048 x 1536
 // (H100, bf16, K = 4, SiLU; its geometry as the full kernel's, which led the four others
