@@ -28,8 +28,6 @@ neighbours from benchmarks/.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import jax
 import jax.numpy as jnp
@@ -46,16 +44,6 @@ LAYER_REPS = (4, 16, 64)
 CONV1D_REPS = (1, 2, 4)
 CONV1D_SHAPE = (16, 4096, 5120, 4)  # N, L, C, K
 CALLS = 9
-
-
-def median_call_seconds(fn, args):
-  jax.block_until_ready(fn(*args))
-  times = []
-  for _ in range(CALLS):
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
 
 
 def fit(reps, seconds):
@@ -78,7 +66,7 @@ def layer_rows(names, passes, dtype):
       for impl in ("flashdwc", "xla"):
         fn, specs, shared = bench_layers.pass_function(pass_name, case, impl, dtype)
         pairs = bench_layers.random_operands(specs, shared, max(LAYER_REPS), jax.random.key(0))
-        seconds = [median_call_seconds(fn, (pairs[:r],)) for r in LAYER_REPS]
+        seconds = [bench_conv1d.time_executable(fn, (pairs[:r],), CALLS, warmup=1) for r in LAYER_REPS]
         report(f"{layers[name].model} {name} {pass_name} {impl}", LAYER_REPS, seconds)
         del pairs
 
@@ -88,7 +76,7 @@ def conv1d_rows(dtype):
   sets = bench_conv1d.make_inputs(jax.random.key(0), n, length, c, k, dtype, max(CONV1D_REPS))
   for mode, impl in (("fwd", "flashdwc-1d"), ("copy", "xla")):
     fn = bench_conv1d.repeated(bench_conv1d.pass_fn(mode, impl), impl)
-    seconds = [median_call_seconds(fn, [s[:r] for s in sets]) for r in CONV1D_REPS]
+    seconds = [bench_conv1d.time_executable(fn, [s[:r] for s in sets], CALLS, warmup=1) for r in CONV1D_REPS]
     report(f"conv1d {n}x{length}x{c} K={k} {mode} {impl}", CONV1D_REPS, seconds)
 
 
